@@ -1,0 +1,26 @@
+"""D-SGD: synchronous data-parallel SGD (baselines.md "D-SGD").
+
+Every iteration every worker computes g_t^i at the shared x_t; u_t = (1/n) Σ_i g_t^i is
+all-reduced dense and the shared optimizer steps on it. It is DD-EF-SGD with δ = 1 and
+τ = 0, built from the same pipeline (no error-feedback memory is kept because a dense
+message leaves none). Bits: 32 d per worker per iteration; time T + W/a + b per iteration.
+"""
+
+from __future__ import annotations
+
+from benchmark.compressors import DenseCompressor
+from benchmark.methods.base import Method, MethodContext, MethodOptions, MethodSpec
+from benchmark.methods.controllers import StaticController
+from benchmark.methods.ddefsgd import DDEFSGD
+
+
+class DSGDOptions(MethodOptions):
+    """D-SGD has no options of its own."""
+
+
+def build_dsgd(context: MethodContext, options: DSGDOptions) -> Method:
+    return DDEFSGD(context, DenseCompressor(), StaticController(delta=1.0, staleness=0))
+
+
+DSGD_SPEC = MethodSpec("d-sgd", "D-SGD: synchronous data-parallel SGD, dense all-reduce",
+                       DSGDOptions, build_dsgd)

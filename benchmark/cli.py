@@ -1,0 +1,289 @@
+"""The ``decobench`` command line (interfaces.md "Command line").
+
+Subcommands: ``run`` (one training run), ``plan`` (DeCo's (δ, τ) for given conditions),
+``trace`` (generate, validate, convert, plot traces), ``report`` (time-to-target table of
+finished runs). Bad input ends with one ``decobench: error: ...`` line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import typing
+from collections.abc import Sequence
+from typing import Any
+
+from benchmark.errors import DecobenchError
+
+RUN_EPILOG = """\
+examples:
+  decobench run --task cnn-fmnist --method deco-sgd --workers 4 \\
+      --trace wan-200ms-lowbw-varying --target 0.75 --data-root ../shared/data/fashion-mnist-mini
+  decobench run --config run.yaml --seed 3          (flags override the YAML file)
+  decobench run --method dd-ef-sgd --help           (shows only that method's options)
+
+The run directory (--out) receives config.yaml, metrics.jsonl and summary.json.
+"""
+
+
+def _run_flags(parser: argparse.ArgumentParser) -> None:
+    S = argparse.SUPPRESS
+    g = parser.add_argument_group("run")
+    g.add_argument("--config", default=S, metavar="FILE.yaml",
+                   help="YAML file with any of these options (underscored or dashed keys; "
+                   "method options at top level or under method_options:); flags override it")
+    g.add_argument("--task", default=S, help="task name (see 'decobench run --help' footer)")
+    g.add_argument("--method", default=S, help="method name")
+    g.add_argument("--workers", type=int, default=S, help="number of workers n (default 4)")
+    g.add_argument("--trace", default=S, metavar="CSV|NAME",
+                   help="network trace: a CSV file or a bundled trace name "
+                   "(see 'decobench trace list')")
+    g.add_argument("--trace-loop", action="store_true", default=S,
+                   help="loop the trace instead of holding its last row")
+    g.add_argument("--target", type=float, default=S,
+                   help="target metric: accuracy in [0, 1] or perplexity; the run stops at the "
+                   "first evaluation that meets it")
+    g.add_argument("--no-stop-at-target", dest="stop_at_target", action="store_false",
+                   default=S, help="keep training after the target is met (until a budget)")
+    g.add_argument("--max-sim-time", type=float, default=S, metavar="SECONDS",
+                   help="budget in simulated seconds")
+    g.add_argument("--max-iters", type=int, default=S,
+                   help="budget in iterations (default: the task profile's)")
+    g.add_argument("--seed", type=int, default=S, help="random seed (default 0)")
+    g.add_argument("--data-root", default=S, metavar="DIR",
+                   help="existing copy of the data set (no download); default: download to "
+                   "~/.cache/decobench/data")
+    g.add_argument("--out", default=S, metavar="DIR",
+                   help="run directory (default runs/TASK__METHOD__TRACE__nN__sSEED)")
+    g.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    g.add_argument("--backend", choices=["simulated"], default=S,
+                   help="simulated: n workers in one process on the simulated clock (default)")
+    g.add_argument("--profile", default=S, help="task profile (default 'paper')")
+    g.add_argument("--topology", choices=["paper", "ring"], default=S,
+                   help="time-model topology factors: paper (h = l = 1, default) or ring "
+                   "(ring all-gather / all-reduce)")
+    g.add_argument("--compute-time", choices=["profile", "measured"], default=S,
+                   help="per-iteration compute time T: the profile's fixed value in seconds "
+                   "(default) or measured wall time")
+    g.add_argument("--eval-every", type=int, default=S, metavar="E",
+                   help="evaluate every E iterations (default: the profile's)")
+    g.add_argument("--batch-size", type=int, default=S, help="per-worker batch size")
+    g.add_argument("--lr", type=float, default=S, help="step size γ")
+    g.add_argument("--momentum", type=float, default=S, help="momentum μ after aggregation")
+    g.add_argument("--weight-decay", type=float, default=S, help="weight decay after aggregation")
+    g.add_argument("--log-every", type=int, default=S, help="metrics row every k iterations "
+                   "(default 1)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _field_type(annotation: Any) -> tuple[Any, list[str] | None]:
+    if typing.get_origin(annotation) is typing.Literal:
+        return str, [str(a) for a in typing.get_args(annotation)]
+    return annotation, None
+
+
+def _method_flags(parser: argparse.ArgumentParser, only: str | None) -> None:
+    """One flag per method option field. All are parsed (so an option the chosen method does
+    not have is reported by that method's options model); with ``--method M`` the help shows
+    only M's options."""
+    from benchmark.methods import method_specs
+
+    specs = method_specs()
+    shown = {only} if only in specs else set(specs)
+    owners: dict[str, list[str]] = {}
+    fields: dict[str, Any] = {}
+    for spec in specs.values():
+        for name, info in spec.options.model_fields.items():
+            owners.setdefault(name, []).append(spec.name)
+            fields.setdefault(name, info)
+    title = f"options of {only}" if only in specs else "method options (each names its methods)"
+    group = parser.add_argument_group(title)
+    if not any(shown & set(owner) for owner in owners.values()):
+        group.description = "this method has no options of its own"
+    for name, info in fields.items():
+        kind, choices = _field_type(info.annotation)
+        visible = bool(shown & set(owners[name]))
+        group.add_argument("--" + name.replace("_", "-"), dest=f"method_option__{name}",
+                           type=kind, choices=choices, default=argparse.SUPPRESS,
+                           metavar=None if choices else name.upper(),
+                           help=(f"{info.description} [default {info.default}; "
+                                 f"{', '.join(owners[name])}]") if visible else argparse.SUPPRESS)
+
+
+def _tasks_and_methods_epilog() -> str:
+    from benchmark.methods import method_specs
+    from benchmark.tasks import TASKS
+
+    lines = ["tasks:"] + [f"  {n:14s} {cls.description}" for n, cls in sorted(TASKS.items())]
+    lines += ["methods:"] + [f"  {n:14s} {s.summary}" for n, s in sorted(method_specs().items())]
+    return RUN_EPILOG + "\n" + "\n".join(lines)
+
+
+def _plan_flags(parser: argparse.ArgumentParser) -> None:
+    size = parser.add_mutually_exclusive_group(required=True)
+    size.add_argument("--params", type=int, metavar="D", help="number of parameters d")
+    size.add_argument("--task", help="take d (and T, unless --compute-ms) from a task's model")
+    parser.add_argument("--profile", default="paper", help="task profile (with --task)")
+    parser.add_argument("--workers", type=int, default=4, help="number of workers n")
+    parser.add_argument("--compute-ms", type=float, help="per-iteration compute time T (ms)")
+    parser.add_argument("--bandwidth-mbps", type=float, required=True,
+                        help="bandwidth a (Mbit/s)")
+    parser.add_argument("--latency-ms", type=float, required=True, help="one-way latency b (ms)")
+    parser.add_argument("--topology", choices=["paper", "ring"], default="paper")
+    parser.add_argument("--tau-max", type=int, default=32, help="largest staleness considered")
+    parser.add_argument("--delta-min", type=float, default=1e-4,
+                        help="smallest compression ratio considered")
+    parser.add_argument("--kappa", type=float, default=1.0,
+                        help="κ of the fallback objective T_avg·(1 + κ·sqrt(Φ))")
+    parser.add_argument("--phi", default="paper", help="Φ model name")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    from netem.cli import add_trace_parser
+
+    parser = argparse.ArgumentParser(
+        prog="decobench", description="Distributed training over wide-area networks: DeCo-SGD "
+        "and baselines on simulated network traces.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--method")
+    chosen_method = pre.parse_known_args(list(argv))[0].method
+    run = sub.add_parser("run", help="one training run", description="One training run on "
+                         "the simulated network clock.", epilog=_tasks_and_methods_epilog(),
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    _run_flags(run)
+    _method_flags(run, chosen_method)
+    run.set_defaults(func=cmd_run)
+
+    plan = sub.add_parser("plan", help="print DeCo's (δ, τ) for given conditions (no training)",
+                          description="DeCo's plan (deco-sgd.md §5) for a model size, compute "
+                          "time, bandwidth and latency.")
+    _plan_flags(plan)
+    plan.set_defaults(func=cmd_plan)
+
+    report = sub.add_parser("report", help="time-to-target table of the finished runs in a "
+                            "folder", description="Time to target and speed-ups over D-SGD of "
+                            "every finished run under RESULTS_DIR; writes RESULTS_DIR/report.md.")
+    report.add_argument("results_dir", metavar="RESULTS_DIR")
+    report.set_defaults(func=cmd_report)
+
+    add_trace_parser(sub)
+    return parser
+
+
+def _collect_run_values(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmark.config import load_yaml_config
+    from benchmark.methods import method_specs
+
+    values: dict[str, Any] = {}
+    if getattr(args, "config", None):
+        values = load_yaml_config(args.config)
+    options = dict(values.pop("method_options", None) or {})
+    option_names = {f for s in method_specs().values() for f in s.options.model_fields}
+    for name in list(values):
+        if name in option_names:
+            options[name] = values.pop(name)
+    skip = {"func", "command", "config", "overwrite", "no_progress"}
+    for key, value in vars(args).items():
+        if key.startswith("method_option__"):
+            options[key.removeprefix("method_option__")] = value
+        elif key not in skip:
+            values[key] = value
+    values["method_options"] = options
+    return values
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from benchmark.config import build_run_config
+    from benchmark.runner import execute, prepare
+
+    config = build_run_config(_collect_run_values(args))
+    run = prepare(config)
+    summary = execute(run, overwrite=args.overwrite, show_progress=not args.no_progress)
+    ttt = summary["time_to_target_s"]
+    shown = "not reached" if ttt is None else f"{ttt:.2f} s (iteration {summary['iters_to_target']})"
+    print(f"{summary['method']} on {summary['task']}: status {summary['status']}, "
+          f"time to target {shown}, final {summary['metric_name']} "
+          f"{summary['final_metric']}, simulated time {summary['sim_time_s']:.2f} s, "
+          f"{summary['iterations']} iterations -> {run.out}")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from benchmark.phi import get_phi
+    from benchmark.planner import plan
+    from benchmark.timemodel import t_avg
+    from benchmark.topology import topology_factors
+    from benchmark.wire import dense_wire_bits, wire_bits
+
+    d, compute_s = args.params, None
+    if args.task:
+        from benchmark.flat import FlatLayout
+        from benchmark.tasks import get_task
+        from benchmark.tasks.base import build_seeded_model
+
+        task = get_task(args.task)
+        profile = task.profile(args.profile)
+        d = FlatLayout.of(build_seeded_model(task, profile, 0)).d
+        compute_s = profile.compute_time_s
+    if args.compute_ms is not None:
+        compute_s = args.compute_ms / 1e3
+    if compute_s is None:
+        raise DecobenchError("--compute-ms is required with --params")
+    for flag, value in (("--bandwidth-mbps", args.bandwidth_mbps), ("--compute-ms", compute_s)):
+        if not value > 0:
+            raise DecobenchError(f"{flag} must be positive, got {value}")
+    if args.latency_ms < 0:
+        raise DecobenchError(f"--latency-ms must be >= 0, got {args.latency_ms}")
+    a, b = args.bandwidth_mbps * 1e6, args.latency_ms / 1e3
+    chosen = plan(d, args.workers, compute_s, a, b, topology=args.topology,
+                  phi=get_phi(args.phi), tau_max=args.tau_max, delta_min=args.delta_min,
+                  kappa=args.kappa)
+    dense = topology_factors(args.topology, args.workers, dense=True)
+    dsgd_s = t_avg(compute_s, dense_wire_bits(d), a, b, 0, h=dense.h, l=dense.l)
+    result = {"parameters": d, "workers": args.workers, "compute_s": compute_s,
+              "bandwidth_bps": a, "latency_s": b, "topology": args.topology,
+              "delta": chosen.delta, "tau": chosen.staleness, "bubble_free": chosen.bubble_free,
+              "t_avg_s": chosen.t_avg_s, "phi": chosen.phi,
+              "wire_bits": wire_bits(chosen.delta, d), "dsgd_t_avg_s": dsgd_s}
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"d = {d}, n = {args.workers}, T = {compute_s * 1e3:.3g} ms, "
+              f"a = {args.bandwidth_mbps:g} Mbit/s, b = {args.latency_ms:g} ms ({args.topology})")
+        print(f"plan: δ = {chosen.delta:.6g}, τ = {chosen.staleness}, "
+              f"{'bubble-free' if chosen.bubble_free else 'NOT bubble-free (fallback objective)'}")
+        print(f"predicted time per iteration T_avg = {chosen.t_avg_s * 1e3:.4g} ms "
+              f"(D-SGD: {dsgd_s * 1e3:.4g} ms), Φ = {chosen.phi:.4g}, "
+              f"W = {result['wire_bits']} bits per message")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from reports.speedup import write_report
+
+    path, text = write_report(args.results_dir)
+    print(text)
+    print(f"written to {path}", file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except DecobenchError as exc:
+        print(f"decobench: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("decobench: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

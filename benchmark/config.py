@@ -1,0 +1,96 @@
+"""The resolved configuration of one run, validated before anything starts.
+
+Values come from defaults, an optional YAML file (``--config``) and command-line flags
+(flags override the file). Method-specific options are validated against the chosen
+method's own options model, so ``--delta 1.5`` or an option the method does not have is
+reported before training.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from benchmark.errors import DecobenchError
+
+
+class RunConfig(BaseModel):
+    """One training run (``decobench run``). Units are in the field names or descriptions."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task: str = Field(description="task name, e.g. cnn-fmnist")
+    method: str = Field(description="method name, e.g. deco-sgd")
+    workers: int = Field(4, ge=1, le=1024, description="number of workers n")
+    trace: str = Field(description="trace CSV path or bundled trace name")
+    trace_loop: bool = Field(False, description="loop the trace instead of holding its last row")
+    target: float | None = Field(None, description="accuracy in [0, 1] (classification) or "
+                                 "perplexity (language modelling); stop when reached")
+    stop_at_target: bool = Field(True, description="end the run at the first evaluation that "
+                                 "meets the target")
+    max_sim_time: float | None = Field(None, gt=0, description="budget in simulated seconds")
+    max_iters: int | None = Field(None, gt=0, description="budget in iterations (default: "
+                                  "the task profile's)")
+    seed: int = Field(0, ge=0)
+    data_root: str | None = Field(None, description="folder with an existing copy of the data "
+                                  "set (no download)")
+    out: str | None = Field(None, description="run directory")
+    backend: Literal["simulated"] = "simulated"
+    profile: str = Field("paper", description="task profile (model size, batch, lr, T)")
+    topology: Literal["paper", "ring"] = Field("paper", description="communication topology "
+                                               "factors of the time model")
+    compute_time: Literal["profile", "measured"] = Field(
+        "profile", description="T per iteration: the profile's fixed value, or measured wall "
+        "time of the vectorised gradient step divided by n")
+    eval_every: int | None = Field(None, gt=0, description="evaluate every E iterations "
+                                   "(default: the task profile's)")
+    batch_size: int | None = Field(None, gt=0, description="per-worker batch size (default: "
+                                   "the task profile's)")
+    lr: float | None = Field(None, gt=0, description="step size γ (default: the profile's)")
+    momentum: float | None = Field(None, ge=0, lt=1)
+    weight_decay: float | None = Field(None, ge=0)
+    log_every: int = Field(1, ge=1, description="write a metrics row every k iterations")
+    method_options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> RunConfig:
+        if self.target is not None and self.target <= 0:
+            raise ValueError("target must be positive")
+        return self
+
+
+def format_validation_error(error: ValidationError, prefix: str = "") -> str:
+    """One line naming each bad field as its flag, e.g. ``--delta: Input should be ...``."""
+    parts = []
+    for item in error.errors():
+        loc = [str(x) for x in item["loc"] if x != "method_options"]
+        name = "--" + "-".join(loc).replace("_", "-") if loc else "config"
+        value = item.get("input")
+        shown = f" (got {value!r})" if not isinstance(value, dict) and value is not None else ""
+        parts.append(f"{name}: {item['msg']}{shown}")
+    return prefix + "; ".join(parts)
+
+
+def load_yaml_config(path: str | Path) -> dict[str, Any]:
+    """Read a run config YAML file into a dict (keys use underscores, like the fields)."""
+    path = Path(path)
+    if not path.exists():
+        raise DecobenchError(f"--config {path}: no such file")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise DecobenchError(f"--config {path}: not valid YAML ({exc})") from exc
+    if not isinstance(data, dict):
+        raise DecobenchError(f"--config {path}: expected a mapping of option: value")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def build_run_config(values: dict[str, Any]) -> RunConfig:
+    """Validate ``values`` into a :class:`RunConfig`, or raise a one-line DecobenchError."""
+    try:
+        return RunConfig(**values)
+    except ValidationError as exc:
+        raise DecobenchError(format_validation_error(exc, "invalid run configuration: ")) from exc

@@ -1,0 +1,38 @@
+"""Error feedback in gradient units (deco-sgd.md §2).
+
+For every worker i:  p_t = e_t + g_t,  Δ_t = C_δ(p_t),  e_{t+1} = p_t − Δ_t.
+The memory starts at zero, so with δ = 1 (C = identity) it stays zero and the method is
+plain (possibly delayed) SGD.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from benchmark.compressors import Compressed, Compressor
+
+
+class ErrorFeedback:
+    """The n workers' error-feedback memories e^i, stored as one ``[n, d]`` tensor."""
+
+    def __init__(self, workers: int, d: int, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str = "cpu") -> None:
+        self.memory = torch.zeros(workers, d, dtype=dtype, device=device)
+
+    def step(self, gradients: Tensor, compressor: Compressor, delta: float) -> Compressed:
+        """Compress ``e + g`` at ratio δ, keep the residual, return the messages.
+
+        ``gradients`` is ``[n, d]``. The memory is updated in place:
+        e ← (e + g) − C_δ(e + g).
+        """
+        if gradients.shape != self.memory.shape:
+            raise ValueError(f"gradients {tuple(gradients.shape)} != memory {tuple(self.memory.shape)}")
+        self.memory.add_(gradients)              # memory now holds p = e + g
+        compressed = compressor.compress(self.memory, delta)
+        compressed.subtract_from(self.memory)    # e ← p − Δ
+        return compressed
+
+    def norm(self) -> float:
+        """‖e‖ over all workers (diagnostics)."""
+        return float(self.memory.norm())

@@ -1,0 +1,112 @@
+"""How DD-EF-SGD's (δ, τ) are chosen: statically, or by the DeCo planner (deco-sgd.md §5).
+
+A controller sees only measurements (the :class:`~benchmark.methods.base.Observation` of each
+transfer that has arrived), never the trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from benchmark.estimators import LinkEstimator, NetworkEstimate
+from benchmark.methods.base import Observation
+from benchmark.phi import PhiModel
+from benchmark.planner import Plan, plan
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The compression ratio δ and staleness τ used for one iteration."""
+
+    delta: float
+    staleness: int
+
+
+class Controller(Protocol):
+    def schedule(self, iteration: int) -> Schedule: ...
+
+    def observe(self, observation: Observation) -> None: ...
+
+    def log(self) -> dict[str, Any]:
+        """Fields to add to this iteration's metrics row (e.g. a fresh plan)."""
+        ...
+
+
+class StaticController:
+    """A fixed (δ, τ) for the whole run (D-SGD, DD-EF-SGD)."""
+
+    def __init__(self, delta: float, staleness: int) -> None:
+        self._schedule = Schedule(delta, staleness)
+
+    def schedule(self, iteration: int) -> Schedule:
+        return self._schedule
+
+    def observe(self, observation: Observation) -> None:
+        return None
+
+    def log(self) -> dict[str, Any]:
+        return {}
+
+
+@dataclass(frozen=True)
+class PlanRecord:
+    iteration: int
+    estimate: NetworkEstimate
+    plan: Plan
+
+
+class DecoController:
+    """DeCo (Algorithm 1) inside DeCo-SGD (Algorithm 2): re-plan (δ, τ) every F iterations
+    from the smoothed measurements â, b̂, T̂.
+
+    Before the first measurement exists the run sends with (``initial_delta``, τ = 0); that
+    first message is also the probe the first plan is made from. A plan is made as soon as
+    the estimator has a measurement, then every ``interval`` iterations.
+    """
+
+    def __init__(self, *, d: int, workers: int, topology: str, phi: PhiModel, interval: int,
+                 tau_max: int, delta_min: float, kappa: float, initial_delta: float,
+                 estimator: LinkEstimator) -> None:
+        self.d, self.workers, self.topology, self.phi = d, workers, topology, phi
+        self.interval, self.tau_max = interval, tau_max
+        self.delta_min, self.kappa = delta_min, kappa
+        self.estimator = estimator
+        self._current = Schedule(initial_delta, 0)
+        self._last_plan_at: int | None = None
+        self._fresh: PlanRecord | None = None
+        self.history: list[PlanRecord] = []
+
+    def observe(self, observation: Observation) -> None:
+        self.estimator.observe_compute(observation.compute_s)
+        self.estimator.observe_transfer(observation.link_bits, observation.tx_start_s,
+                                        observation.tx_end_s, observation.arrive_s,
+                                        observation.latency_factor)
+
+    def schedule(self, iteration: int) -> Schedule:
+        estimator = self.estimator
+        self._fresh = None
+        due = self._last_plan_at is None or iteration - self._last_plan_at >= self.interval
+        if due and estimator.ready():
+            estimate = estimator.estimate()
+            chosen = plan(self.d, self.workers, estimate.compute_s, estimate.bandwidth_bps,
+                          estimate.latency_s, topology=self.topology, phi=self.phi,
+                          tau_max=self.tau_max, delta_min=self.delta_min, kappa=self.kappa)
+            self._current = Schedule(chosen.delta, chosen.staleness)
+            self._last_plan_at = iteration
+            self._fresh = PlanRecord(iteration, estimate, chosen)
+            self.history.append(self._fresh)
+        return self._current
+
+    def log(self) -> dict[str, Any]:
+        if self._fresh is None:
+            return {}
+        est, chosen = self._fresh.estimate, self._fresh.plan
+        return {
+            "plan_bandwidth_mbps": est.bandwidth_bps / 1e6,
+            "plan_latency_ms": est.latency_s * 1e3,
+            "plan_compute_ms": est.compute_s * 1e3,
+            "plan_bubble_free": chosen.bubble_free,
+            "plan_t_avg_s": chosen.t_avg_s,
+            "plan_phi": chosen.phi,
+        }

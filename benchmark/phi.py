@@ -1,0 +1,56 @@
+"""Φ, the iteration-to-accuracy factor DeCo minimises (deco-sgd.md §5 "Φ").
+
+The paper's Theorem 1 bounds the iterations to reach ``E||∇f||² <= ε`` by
+``O(σ²/(nε²) + sqrt(Φ)·σ/ε^{3/2} + ...)``; the exact form of Φ is lost in the text we have.
+This module holds the interface ``phi(delta, tau) -> float`` and named implementations; a
+planner takes any of them, so the form can be swapped by name and checked by experiment
+(deco-sgd.md §7).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+
+from benchmark.errors import DecobenchError
+
+PhiModel = Callable[[float, int], float]
+"""``phi(delta, tau) -> float``: larger means more iterations to reach a target."""
+
+
+def phi_paper(delta: float, tau: int) -> float:
+    """``Φ_paper(δ, τ) = τ + (1 - δ) / (δ (1 - δ)^τ)`` for ``δ < 1``; ``Φ_paper(1, τ) = τ``.
+
+    THIS PROJECT'S FILL-IN of a gap in the paper's text (deco-sgd.md §5): the noise term
+    ``(1 - δ)/(δ (1 - δ)^τ)`` is the form reported for staleness amplifying compression, and
+    the ``τ`` term makes ``δ = 1`` give DD-SGD's ``τ`` and ``τ = 0`` give D-EF-SGD's
+    ``(1 - δ)/δ``. Swappable by name through :data:`PHI_MODELS`. Returns ``math.inf`` where
+    the value overflows a float.
+    """
+    if not (isinstance(delta, (int, float)) and math.isfinite(delta)) or not 0 < delta <= 1:
+        raise DecobenchError(f"delta must be in (0, 1], got {delta!r}")
+    if isinstance(tau, bool) or not isinstance(tau, int) or tau < 0:
+        raise DecobenchError(f"tau must be an integer >= 0, got {tau!r}")
+    if delta >= 1:
+        return float(tau)
+    keep = 1.0 - delta
+    denominator = delta * keep**tau
+    if denominator == 0.0:
+        return math.inf
+    value = tau + keep / denominator
+    return value if math.isfinite(value) else math.inf
+
+
+PHI_MODELS: Mapping[str, PhiModel] = MappingProxyType({"paper": phi_paper})
+"""Named Φ models (read-only)."""
+
+
+def get_phi(name: str) -> PhiModel:
+    """The Φ model called ``name`` in :data:`PHI_MODELS`."""
+    try:
+        return PHI_MODELS[name]
+    except KeyError:
+        raise DecobenchError(
+            f"unknown Φ model {name!r}; choose one of: {', '.join(sorted(PHI_MODELS))}"
+        ) from None

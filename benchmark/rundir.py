@@ -1,0 +1,107 @@
+"""The run directory contract (interfaces.md "A run's directory").
+
+Files appear complete or not at all: ``config.yaml`` and ``summary.json`` are written to a
+temporary file and renamed; metrics stream to ``metrics.jsonl.partial`` and are renamed to
+``metrics.jsonl`` when the run ends. A crashed run therefore leaves no ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmark.errors import DecobenchError
+
+CONFIG, METRICS, SUMMARY = "config.yaml", "metrics.jsonl", "summary.json"
+PARTIAL_SUFFIX = ".partial"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def dumps_row(row: dict[str, Any]) -> str:
+    """One metrics row as compact, key-sorted JSON (non-finite floats made explicit)."""
+    return json.dumps({k: _json_safe(v) for k, v in row.items()}, sort_keys=True,
+                      separators=(",", ":"))
+
+
+class RunDirectory:
+    """Creates and fills one run's directory."""
+
+    def __init__(self, path: str | Path, overwrite: bool = False) -> None:
+        self.path = Path(path)
+        if self.path.exists() and any(self.path.iterdir()):
+            if not overwrite:
+                raise DecobenchError(f"run directory {self.path} already exists and is not "
+                                     "empty; pass --overwrite or choose another --out")
+            shutil.rmtree(self.path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._metrics = None
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        atomic_write_text(self.path / CONFIG, yaml.safe_dump(config, sort_keys=True))
+
+    def open_metrics(self) -> None:
+        self._metrics = open(self.path / (METRICS + PARTIAL_SUFFIX), "w")  # noqa: SIM115
+
+    def log(self, row: dict[str, Any]) -> None:
+        assert self._metrics is not None, "open_metrics() first"
+        self._metrics.write(dumps_row(row) + "\n")
+
+    def close_metrics(self) -> None:
+        """Flush and publish ``metrics.jsonl`` (atomic rename)."""
+        if self._metrics is None:
+            return
+        self._metrics.flush()
+        os.fsync(self._metrics.fileno())
+        self._metrics.close()
+        self._metrics = None
+        os.replace(self.path / (METRICS + PARTIAL_SUFFIX), self.path / METRICS)
+
+    def abandon_metrics(self) -> None:
+        """Close the partial metrics file of a crashed run (it stays ``.partial``)."""
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        atomic_write_text(self.path / SUMMARY,
+                          json.dumps({k: _json_safe(v) for k, v in summary.items()},
+                                     indent=2, sort_keys=True) + "\n")
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a finished run's ``metrics.jsonl``."""
+    with open(Path(path) / METRICS) as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def read_summary(path: str | Path) -> dict[str, Any]:
+    with open(Path(path) / SUMMARY) as handle:
+        return json.load(handle)

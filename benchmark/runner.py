@@ -1,0 +1,293 @@
+"""One training run on the simulated clock (``decobench run``).
+
+:func:`prepare` resolves and checks everything a run needs (task, profile, method options,
+trace, data, run directory) and raises a one-line :class:`DecobenchError` on bad input
+before any training; :func:`execute` then trains n workers in one process:
+
+    for k = 0, 1, ...:
+        deliver the Observation of every transfer that arrived by start_k to the method
+        g^i_k  = all n workers' gradients at x_k, in one vectorised pass
+        method.step(k, x, g)  →  x_{k+1}, (δ_k, τ_k, W_k)
+        clock.step(T_k, W_k, τ_k)        (deco-sgd.md §4)
+        every E iterations: evaluate x_{k+1}, timed when it exists (clock.model_ready_s)
+
+A run ends when the target is met, a budget (iterations or simulated seconds) is spent, or
+the loss stops being finite (status ``diverged``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import platform
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import ValidationError
+
+from benchmark import __version__
+from benchmark.config import RunConfig, format_validation_error
+from benchmark.errors import DecobenchError
+from benchmark.flat import FlatLayout
+from benchmark.gradients import WorkerGradients
+from benchmark.methods import MethodContext, MethodOptions, MethodSpec, Observation, get_method_spec
+from benchmark.optimizer import OptimizerConfig
+from benchmark.progress import RunProgress
+from benchmark.rundir import RunDirectory
+from benchmark.sharding import ShardedBatches
+from benchmark.tasks import Task, TaskData, TaskProfile, get_task
+from benchmark.tasks.base import build_seeded_model
+from benchmark.timemodel import EventClock, IterationTiming
+from benchmark.topology import topology_factors
+from netem.trace import Trace, load_trace, resolve_trace_path
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """Everything checked and resolved; nothing trained yet."""
+
+    config: RunConfig
+    task: Task
+    profile: TaskProfile
+    spec: MethodSpec
+    options: MethodOptions
+    trace: Trace
+    trace_path: Path
+    out: Path
+    max_iters: int
+    eval_every: int
+    batch_size: int
+    optimizer: OptimizerConfig
+    data_root: Path | None
+    download: bool
+
+
+def default_out(config: RunConfig) -> Path:
+    trace = Path(config.trace).stem
+    return Path("runs") / f"{config.task}__{config.method}__{trace}__n{config.workers}__s{config.seed}"
+
+
+def prepare(config: RunConfig) -> PreparedRun:
+    """Resolve and validate a run; raises DecobenchError with one clear line on bad input."""
+    task = get_task(config.task)
+    profile = task.profile(config.profile)
+    spec = get_method_spec(config.method)
+    try:
+        options = spec.options(**config.method_options)
+    except ValidationError as exc:
+        allowed = ", ".join("--" + f.replace("_", "-") for f in spec.options.model_fields) or "none"
+        raise DecobenchError(format_validation_error(
+            exc, f"invalid option for method {spec.name} (its options: {allowed}): ")) from exc
+    if config.target is not None:
+        task.validate_target(config.target)
+    trace_path = resolve_trace_path(config.trace)
+    trace = load_trace(trace_path, loop=config.trace_loop)
+    data_root = Path(config.data_root) if config.data_root else None
+    download = data_root is None
+    task.check_data(data_root, download)
+    optimizer = OptimizerConfig(
+        lr=config.lr if config.lr is not None else profile.lr,
+        momentum=config.momentum if config.momentum is not None else profile.momentum,
+        weight_decay=(config.weight_decay if config.weight_decay is not None
+                      else profile.weight_decay))
+    return PreparedRun(
+        config=config, task=task, profile=profile, spec=spec, options=options, trace=trace,
+        trace_path=trace_path, out=Path(config.out) if config.out else default_out(config),
+        max_iters=config.max_iters or profile.max_iters,
+        eval_every=config.eval_every or profile.eval_every,
+        batch_size=config.batch_size or profile.batch_size,
+        optimizer=optimizer, data_root=data_root, download=download)
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5, check=True)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def versions() -> dict[str, Any]:
+    import torchvision
+
+    return {"decobench": __version__, "python": platform.python_version(),
+            "torch": str(torch.__version__), "torchvision": str(torchvision.__version__),
+            "git_commit": _git_commit(), "platform": platform.platform()}
+
+
+def resolved_config(run: PreparedRun, d: int, data_source: str) -> dict[str, Any]:
+    """The fully resolved configuration written to ``config.yaml``."""
+    config = run.config.model_dump()
+    config.update(
+        method_options=run.options.model_dump(), out=str(run.out), max_iters=run.max_iters,
+        eval_every=run.eval_every, batch_size=run.batch_size, lr=run.optimizer.lr,
+        momentum=run.optimizer.momentum, weight_decay=run.optimizer.weight_decay,
+        trace_path=str(run.trace_path), trace_name=run.trace.name or run.trace_path.stem,
+        data_source=data_source, parameters=d, metric_name=run.task.metric_name,
+        compute_time_s=(run.profile.compute_time_s if run.config.compute_time == "profile"
+                        else None),
+        compute_time_source=(run.profile.compute_time_source if run.config.compute_time ==
+                             "profile" else "measured: vectorised gradient + method step "
+                             "wall time / n on the machine that ran the simulation"),
+        versions=versions())
+    return config
+
+
+def load_task_data(run: PreparedRun) -> TaskData:
+    try:
+        return run.task.load_data(run.data_root, run.download)
+    except (RuntimeError, OSError) as exc:
+        raise DecobenchError(f"could not load data for task {run.task.name}: {exc}") from exc
+
+
+@dataclass
+class _Outcome:
+    status: str = "budget_exhausted"
+    reached: bool = False
+    time_to_target_s: float | None = None
+    iters_to_target: int | None = None
+    final_metric: float | None = None
+    diverged_at_iteration: int | None = None
+    bits_sent: int = 0
+    iterations: int = 0
+    evaluations: list[tuple[int, float]] = field(default_factory=list)
+
+
+def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = True) -> dict[str, Any]:
+    """Train and write the run directory; returns the summary."""
+    config, task = run.config, run.task
+    rundir = RunDirectory(run.out, overwrite=overwrite)
+    data = load_task_data(run)
+    model = build_seeded_model(task, run.profile, config.seed)
+    layout = FlatLayout.of(model)
+    params = layout.flatten(model)
+    gradients = WorkerGradients(model, layout, task.loss)
+    batches = ShardedBatches(len(data.train_targets), config.workers, run.batch_size, config.seed)
+    method = run.spec.build(
+        MethodContext(d=layout.d, workers=config.workers, topology=config.topology,
+                      optimizer=run.optimizer,
+                      param_shapes=tuple(zip(layout.names, layout.shapes, strict=True))),
+        run.options)
+    clock = EventClock(run.trace, topology=config.topology, workers=config.workers)
+    rundir.write_config(resolved_config(run, layout.d, data.source))
+    rundir.open_metrics()
+    outcome = _Outcome()
+    in_flight: list[tuple[float, int, Observation]] = []  # (arrive_s, iteration, observation)
+    wall_start = time.perf_counter()
+    progress = RunProgress(total=run.max_iters, metric_name=task.metric_name,
+                           enabled=show_progress)
+
+    def evaluate() -> float:
+        eval_params = method.evaluation_params(params)
+        return task.evaluate(lambda inputs: gradients.forward(eval_params, inputs), data)
+
+    try:
+        with progress:
+            for k in range(run.max_iters):
+                start_s = clock.next_start()
+                while in_flight and in_flight[0][0] <= start_s:
+                    method.observe(heapq.heappop(in_flight)[2])
+                batch = batches.next()
+                t0 = time.perf_counter()
+                grads, losses = gradients(params, data.train_inputs[batch],
+                                          data.train_targets[batch])
+                loss = float(losses.mean())
+                if not math.isfinite(loss):
+                    outcome.status, outcome.diverged_at_iteration = "diverged", k + 1
+                    rundir.log({"iteration": k + 1, "loss": loss, "diverged": True,
+                                "sim_time_s": clock.now_s,
+                                "wall_time_s": time.perf_counter() - wall_start})
+                    break
+                step = method.step(k, params, grads)
+                compute_s = (run.profile.compute_time_s if config.compute_time == "profile"
+                             else (time.perf_counter() - t0) / config.workers)
+                timing = clock.step(compute_s, step.bits_per_worker, step.staleness, step.dense)
+                heapq.heappush(in_flight, (timing.arrive_s, k,
+                                           _observation(timing, step.dense, config)))
+                outcome.bits_sent += step.bits_per_worker
+                outcome.iterations = k + 1
+                row = _iteration_row(k, timing, step, loss, outcome.bits_sent, clock, run.trace)
+                last = k + 1 == run.max_iters or (
+                    config.max_sim_time is not None and clock.now_s >= config.max_sim_time)
+                if (k + 1) % run.eval_every == 0 or last:
+                    metric = evaluate()
+                    metric_time = clock.model_ready_s()
+                    outcome.final_metric = metric
+                    row.update(metric=metric, metric_name=task.metric_name,
+                               metric_time_s=metric_time)
+                    if (config.target is not None and not outcome.reached
+                            and task.target_reached(metric, config.target)):
+                        outcome.reached = True
+                        outcome.time_to_target_s, outcome.iters_to_target = metric_time, k + 1
+                        row["target_reached"] = True
+                if (k + 1) % config.log_every == 0 or "metric" in row or last:
+                    row["wall_time_s"] = time.perf_counter() - wall_start
+                    rundir.log(row)
+                progress.update(k + 1, clock.now_s, outcome.final_metric, step.delta,
+                                step.staleness)
+                if outcome.reached and config.stop_at_target:
+                    outcome.status = "finished"
+                    break
+                if last:
+                    outcome.status = ("finished" if config.target is None or outcome.reached
+                                      else "budget_exhausted")
+                    break
+    except BaseException:
+        rundir.abandon_metrics()
+        raise
+    rundir.close_metrics()
+    summary = _summary(run, outcome, clock, layout.d, time.perf_counter() - wall_start)
+    rundir.write_summary(summary)
+    return summary
+
+
+def _observation(timing: IterationTiming, dense: bool, config: RunConfig) -> Observation:
+    factors = topology_factors(config.topology, config.workers, dense)
+    return Observation(iteration=timing.iteration, compute_s=timing.compute_s,
+                       link_bits=factors.h * timing.bits, tx_start_s=timing.tx_start_s,
+                       tx_end_s=timing.tx_end_s, arrive_s=timing.arrive_s,
+                       latency_factor=factors.l)
+
+
+def _iteration_row(k: int, timing: IterationTiming, step, loss: float, bits_sent: int,
+                   clock: EventClock, trace: Trace) -> dict[str, Any]:
+    row = {
+        "iteration": k + 1,
+        "sim_time_s": timing.end_s,
+        "loss": loss,
+        "delta": step.delta,
+        "tau": step.staleness,
+        "bits": step.bits_per_worker,
+        "bits_sent": bits_sent,
+        "bubble_s": clock.total_bubble_s,
+        "compute_s": timing.compute_s,
+        "applied_messages": step.applied_messages,
+        "bandwidth_mbps": trace.bandwidth_at(timing.tx_start_s) / 1e6,
+        "latency_ms": trace.latency_at(timing.tx_end_s) * 1e3,
+    }
+    row.update(step.log)
+    return row
+
+
+def _summary(run: PreparedRun, outcome: _Outcome, clock: EventClock, d: int,
+             wall_s: float) -> dict[str, Any]:
+    config = run.config
+    return {
+        "task": config.task, "method": config.method, "workers": config.workers,
+        "trace": run.trace.name or run.trace_path.stem, "trace_path": str(run.trace_path),
+        "seed": config.seed, "target": config.target, "metric_name": run.task.metric_name,
+        "reached": outcome.reached, "time_to_target_s": outcome.time_to_target_s,
+        "iters_to_target": outcome.iters_to_target, "final_metric": outcome.final_metric,
+        "iterations": outcome.iterations, "sim_time_s": clock.now_s,
+        "bits_sent": outcome.bits_sent, "diverged": outcome.status == "diverged",
+        "diverged_at_iteration": outcome.diverged_at_iteration, "backend": config.backend,
+        "status": outcome.status, "eval_every": run.eval_every, "profile": run.profile.name,
+        "compute_time": config.compute_time, "topology": config.topology, "parameters": d,
+        "bubble_s": clock.total_bubble_s, "bubble_fraction": clock.bubble_fraction(),
+        "time_basis": "simulated", "wall_time_s": wall_s,
+    }

@@ -1,0 +1,18 @@
+"""Task registry: ``get_task(name)``."""
+
+from __future__ import annotations
+
+from benchmark.errors import DecobenchError
+from benchmark.tasks.base import Task, TaskData, TaskProfile
+from benchmark.tasks.cnn_fmnist import CnnFashionMnist
+
+TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (CnnFashionMnist,)}
+
+
+def get_task(name: str) -> Task:
+    if name not in TASKS:
+        raise DecobenchError(f"unknown task {name!r}; available tasks: {', '.join(sorted(TASKS))}")
+    return TASKS[name]()
+
+
+__all__ = ["TASKS", "Task", "TaskData", "TaskProfile", "get_task"]

@@ -1,0 +1,111 @@
+"""CNN@FashionMNIST: the paper's small CNN (two convolutional and two fully connected
+layers) on Fashion-MNIST, top-1 accuracy on the test split."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from benchmark.errors import DecobenchError
+from benchmark.tasks.base import Task, TaskData, TaskProfile
+
+FMNIST_MEAN, FMNIST_STD = 0.2860, 0.3530
+RAW_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+             "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+class PaperCNN(nn.Module):
+    """conv5x5(32) → ReLU → maxpool2 → conv5x5(64) → ReLU → maxpool2 → FC(128) → ReLU → FC(classes).
+
+    The paper names "two convolutional and two fully connected layers" without sizes; these
+    are the classic LeNet-style sizes (this project's choice). No dropout and no BatchNorm,
+    so every worker's forward pass is a pure function of (x, batch).
+    """
+
+    def __init__(self, in_channels: int = 1, image_size: int = 28, classes: int = 10,
+                 hidden: int = 128) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 32, kernel_size=5, padding=2)
+        self.conv2 = nn.Conv2d(32, 64, kernel_size=5, padding=2)
+        self.fc1 = nn.Linear(64 * (image_size // 4) ** 2, hidden)
+        self.fc2 = nn.Linear(hidden, classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+def classification_accuracy(forward: Callable[[Tensor], Tensor], inputs: Tensor,
+                            targets: Tensor, chunk: int = 1000) -> float:
+    """Top-1 accuracy of ``forward`` over ``inputs`` in chunks."""
+    correct = 0
+    for start in range(0, len(inputs), chunk):
+        logits = forward(inputs[start: start + chunk])
+        correct += int((logits.argmax(dim=1) == targets[start: start + chunk]).sum())
+    return correct / len(inputs)
+
+
+class CnnFashionMnist(Task):
+    name = "cnn-fmnist"
+    description = "paper CNN (2 conv + 2 FC, 455k parameters) on Fashion-MNIST, top-1 accuracy"
+    metric_name = "accuracy"
+    higher_is_better = True
+    profiles = {
+        "paper": TaskProfile(
+            name="paper", batch_size=32, lr=0.05, eval_every=20, max_iters=5000,
+            compute_time_s=0.016,
+            compute_time_source=(
+                "measured: mean forward+backward time of one worker's batch of 32 images on a "
+                "2-core x86-64 CPU (torch 2.15, 2026-11-21): 16 ms"),
+        ),
+    }
+
+    def validate_target(self, target: float) -> None:
+        if not 0.0 <= target <= 1.0:
+            raise DecobenchError(f"--target {target} is not an accuracy; give a value in [0, 1]")
+
+    def check_data(self, data_root: Path | None, download: bool) -> None:
+        if data_root is None or download:
+            return
+        raw = Path(data_root) / "FashionMNIST" / "raw"
+        missing = [f for f in RAW_FILES if not (raw / f).exists()]
+        if missing:
+            raise DecobenchError(
+                f"--data-root {data_root}: no Fashion-MNIST at {raw} (missing {', '.join(missing)}); "
+                "point --data-root at a folder holding FashionMNIST/raw/*-ubyte "
+                "(e.g. ../shared/data/fashion-mnist-mini), or omit it to download the data set")
+
+    def load_data(self, data_root: Path | None, download: bool) -> TaskData:
+        from torchvision.datasets import FashionMNIST
+
+        root = Path(data_root) if data_root is not None else default_data_root()
+        self.check_data(root, download)
+        train = FashionMNIST(str(root), train=True, download=download)
+        test = FashionMNIST(str(root), train=False, download=download)
+
+        def normalise(images: Tensor) -> Tensor:
+            return ((images.float() / 255.0 - FMNIST_MEAN) / FMNIST_STD).unsqueeze(1)
+
+        return TaskData(train_inputs=normalise(train.data), train_targets=train.targets.long(),
+                        test_inputs=normalise(test.data), test_targets=test.targets.long(),
+                        source=str(root))
+
+    def build_model(self, profile: TaskProfile) -> nn.Module:
+        return PaperCNN()
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return F.cross_entropy(outputs, targets)
+
+    @torch.no_grad()
+    def evaluate(self, forward: Callable[[Tensor], Tensor], data: TaskData) -> float:
+        return classification_accuracy(forward, data.test_inputs, data.test_targets)
+
+
+def default_data_root() -> Path:
+    """Where data sets are downloaded when ``--data-root`` is not given."""
+    return Path.home() / ".cache" / "decobench" / "data"

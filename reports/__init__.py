@@ -1,0 +1,1 @@
+"""Tables and figures built only from finished run directories."""

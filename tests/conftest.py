@@ -1,0 +1,16 @@
+"""Shared fixtures: the offline data slices in ../shared/data."""
+
+from pathlib import Path
+
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+FMNIST_MINI = SHARED_DATA / "fashion-mnist-mini"
+
+
+@pytest.fixture(scope="session")
+def fmnist_root() -> Path:
+    if not (FMNIST_MINI / "FashionMNIST" / "raw").is_dir():
+        pytest.fail(f"offline Fashion-MNIST slice missing at {FMNIST_MINI} "
+                    "(the project expects ../shared beside the checkout)")
+    return FMNIST_MINI

@@ -1,0 +1,99 @@
+"""Measurement estimators â, b̂, T̂ (deco-sgd.md §5)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from benchmark.errors import DecobenchError
+from benchmark.estimators import Ewma, LinkEstimator, NetworkEstimate
+from benchmark.planner import plan
+from benchmark.timemodel import ConstantLink, EventClock
+from benchmark.topology import topology_factors
+from benchmark.wire import wire_bits
+
+
+def test_ewma() -> None:
+    e = Ewma(0.5)
+    assert e.value is None
+    assert e.update(4.0) == 4.0  # first sample sets the value
+    assert e.update(2.0) == 3.0  # 0.5 * 2 + 0.5 * 4
+    assert e.update(3.0) == 3.0
+    assert e.value == 3.0
+    one = Ewma(1.0)
+    one.update(1.0)
+    assert one.update(7.0) == 7.0  # alpha = 1: last sample
+    for bad in (0.0, -0.1, 1.5, math.nan):
+        with pytest.raises(DecobenchError):
+            Ewma(bad)
+    with pytest.raises(DecobenchError):
+        e.update(math.inf)
+
+
+def test_link_estimator_hand_values() -> None:
+    est = LinkEstimator(alpha=0.5)
+    assert not est.ready()
+    with pytest.raises(DecobenchError, match="bandwidth, latency, compute time"):
+        est.estimate()
+    # 300 bits on the link in 3 s -> 100 bit/s; (arrive - tx_end) / l = 1.5 / 3 = 0.5 s
+    est.observe_transfer(300.0, tx_start_s=1.0, tx_end_s=4.0, arrive_s=5.5, latency_factor=3.0)
+    assert not est.ready()
+    est.observe_compute(0.25)
+    assert est.ready()
+    assert est.estimate() == NetworkEstimate(bandwidth_bps=100.0, latency_s=0.5, compute_s=0.25)
+    # second transfer: 200 bit/s, latency 0.25 s; compute 0.75 -> averages with alpha 0.5
+    est.observe_transfer(200.0, tx_start_s=4.0, tx_end_s=5.0, arrive_s=5.75, latency_factor=3.0)
+    est.observe_compute(0.75)
+    assert est.estimate() == NetworkEstimate(150.0, 0.375, 0.5)
+
+
+def test_zero_duration_and_zero_factor_transfers_are_skipped() -> None:
+    est = LinkEstimator(alpha=0.5)
+    est.observe_transfer(0.0, 2.0, 2.0, 2.0, latency_factor=0.0)  # one worker under ring
+    est.observe_compute(0.1)
+    assert not est.ready()
+    est.observe_transfer(100.0, 0.0, 1.0, 1.2, latency_factor=1.0)
+    est.observe_transfer(0.0, 3.0, 3.0, 3.4, latency_factor=1.0)  # latency only
+    e = est.estimate()
+    assert e.bandwidth_bps == 100.0
+    assert e.latency_s == pytest.approx(0.3)  # 0.5 * 0.4 + 0.5 * 0.2
+
+
+def test_link_estimator_rejects_out_of_order_observations() -> None:
+    est = LinkEstimator()
+    with pytest.raises(DecobenchError):
+        est.observe_transfer(10.0, 2.0, 1.0, 3.0, 1.0)  # tx_end before tx_start
+    with pytest.raises(DecobenchError):
+        est.observe_transfer(10.0, 1.0, 2.0, 1.5, 1.0)  # arrives before tx_end
+    with pytest.raises(DecobenchError):
+        est.observe_compute(-1.0)
+    with pytest.raises(DecobenchError):
+        LinkEstimator(alpha=0.0)
+
+
+@pytest.mark.parametrize("topology,workers", [("paper", 4), ("ring", 4), ("ring", 8)])
+def test_estimates_from_the_clock_recover_a_constant_link(topology: str, workers: int) -> None:
+    # On a constant link the estimators recover a and b exactly from the clock's timings,
+    # whatever the queueing, because they use service time (txe - txs), not end -> txe.
+    a, b, T, d = 1e8, 0.2, 0.1, 1_000_000
+    clock = EventClock(ConstantLink(a, b), topology, workers)
+    est = LinkEstimator()
+    for k in range(30):
+        delta = 0.05 if k % 3 else 1.0
+        dense = delta >= 1
+        f = topology_factors(topology, workers, dense)
+        row = clock.step(T, wire_bits(delta, d), staleness=2, dense=dense)
+        est.observe_transfer(f.h * row.bits, row.tx_start_s, row.tx_end_s, row.arrive_s, f.l)
+        est.observe_compute(row.compute_s)
+    e = est.estimate()
+    assert e.bandwidth_bps == pytest.approx(a, rel=1e-9)
+    assert e.latency_s == pytest.approx(b, rel=1e-9)
+    assert e.compute_s == pytest.approx(T)
+    # and planning from the estimates gives the plan made from the truth
+    from_estimates = plan(d, workers, e.compute_s, e.bandwidth_bps, e.latency_s, topology=topology)
+    from_truth = plan(d, workers, T, a, b, topology=topology)
+    assert (from_estimates.delta, from_estimates.staleness) == (
+        from_truth.delta,
+        from_truth.staleness,
+    )

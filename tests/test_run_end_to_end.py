@@ -1,0 +1,159 @@
+"""End-to-end runs on the offline Fashion-MNIST slice: run-directory contract, determinism,
+divergence and budgets, and clear errors for bad input before training starts."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchmark.cli import main
+from benchmark.rundir import read_metrics, read_summary
+
+SMALL = ["--task", "cnn-fmnist", "--workers", "2", "--batch-size", "16", "--max-iters", "12",
+         "--eval-every", "6", "--no-progress", "--trace", "wan-200ms-lowbw-varying"]
+
+
+def _run(tmp_path: Path, fmnist_root: Path, name: str, *extra: str) -> Path:
+    out = tmp_path / name
+    assert main(["run", *SMALL, "--data-root", str(fmnist_root), "--out", str(out), *extra]) == 0
+    return out
+
+
+@pytest.mark.parametrize("method", ["d-sgd", "dd-ef-sgd", "deco-sgd"])
+def test_run_directory_contract(tmp_path, fmnist_root, method):
+    out = _run(tmp_path, fmnist_root, method, "--method", method, "--deco-interval", "3"
+               ) if method == "deco-sgd" else _run(tmp_path, fmnist_root, method, "--method",
+                                                   method)
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "metrics.jsonl",
+                                                     "summary.json"]
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["method"] == method and config["versions"]["torch"]
+    assert config["compute_time_s"] == 0.016 and config["eval_every"] == 6
+    rows = read_metrics(out)
+    assert [r["iteration"] for r in rows] == list(range(1, 13))
+    for key in ("iteration", "sim_time_s", "wall_time_s", "loss", "delta", "tau", "bits_sent",
+                "bubble_s"):
+        assert all(key in r for r in rows)
+    evals = [r for r in rows if "metric" in r]
+    assert [r["iteration"] for r in evals] == [6, 12]
+    assert all(r["metric_name"] == "accuracy" for r in evals)
+    assert all(a["sim_time_s"] < b["sim_time_s"] for a, b in zip(rows, rows[1:]))
+    summary = read_summary(out)
+    assert summary["status"] == "finished" and summary["iterations"] == 12
+    assert summary["bits_sent"] == rows[-1]["bits_sent"]
+    assert summary["sim_time_s"] == rows[-1]["sim_time_s"]
+    assert summary["backend"] == "simulated" and summary["diverged"] is False
+    if method == "d-sgd":
+        assert {r["delta"] for r in rows} == {1.0} and {r["tau"] for r in rows} == {0}
+        # D-SGD: every iteration is T + 32d/a + b at least (the trace is ≤ 60 Mbit/s, b ≈ 200 ms)
+        assert summary["sim_time_s"] > 12 * (0.016 + 32 * summary["parameters"] / 60e6 + 0.18)
+    if method == "deco-sgd":
+        assert any("plan_bandwidth_mbps" in r for r in rows)
+
+
+def test_same_seed_gives_byte_identical_metrics(tmp_path, fmnist_root):
+    def strip(path):
+        rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+        for r in rows:
+            r.pop("wall_time_s", None)
+        return json.dumps(rows)
+
+    a = _run(tmp_path, fmnist_root, "a", "--method", "deco-sgd", "--deco-interval", "4")
+    b = _run(tmp_path, fmnist_root, "b", "--method", "deco-sgd", "--deco-interval", "4")
+    assert strip(a) == strip(b)
+    c = _run(tmp_path, fmnist_root, "c", "--method", "deco-sgd", "--deco-interval", "4",
+             "--seed", "1")
+    assert strip(a) != strip(c)
+
+
+def test_target_stops_run_and_is_timed_when_model_exists(tmp_path, fmnist_root):
+    out = _run(tmp_path, fmnist_root, "t", "--method", "d-sgd", "--target", "0.05")
+    summary = read_summary(out)
+    assert summary["reached"] and summary["status"] == "finished"
+    assert summary["iters_to_target"] == 6 and summary["iterations"] == 6
+    row = read_metrics(out)[-1]
+    # x_{k+1} exists once the all-reduce of iteration k arrived: after end_k
+    assert summary["time_to_target_s"] == row["metric_time_s"] > row["sim_time_s"]
+
+
+def test_budget_exhausted(tmp_path, fmnist_root):
+    out = _run(tmp_path, fmnist_root, "b", "--method", "d-sgd", "--target", "0.99",
+               "--max-sim-time", "3")
+    summary = read_summary(out)
+    assert summary["status"] == "budget_exhausted" and not summary["reached"]
+    assert summary["time_to_target_s"] is None and summary["sim_time_s"] >= 3
+    assert summary["iterations"] < 12
+
+
+def test_diverging_run_is_recorded_not_crashed(tmp_path, fmnist_root):
+    out = _run(tmp_path, fmnist_root, "div", "--method", "d-sgd", "--lr", "1e6")
+    summary = read_summary(out)
+    assert summary["status"] == "diverged" and summary["diverged"] is True
+    assert summary["diverged_at_iteration"] is not None and summary["reached"] is False
+    assert read_metrics(out)[-1]["diverged"] is True
+
+
+def test_yaml_config_with_flag_override(tmp_path, fmnist_root):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump({"task": "cnn-fmnist", "method": "dd-ef-sgd", "workers": 2,
+                                   "trace": "constant-20mbps-100ms", "delta": 0.5, "tau": 2,
+                                   "max_iters": 3, "batch_size": 8,
+                                   "data_root": str(fmnist_root)}))
+    out = tmp_path / "y"
+    assert main(["run", "--config", str(cfg), "--tau", "1", "--out", str(out),
+                 "--no-progress"]) == 0
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["method_options"] == {"delta": 0.5, "tau": 1}
+    assert {r["tau"] for r in read_metrics(out)} == {1}
+
+
+BAD_INPUTS = [
+    (["--task", "nope"], "unknown task 'nope'"),
+    (["--method", "nope"], "unknown method 'nope'"),
+    (["--method", "dd-ef-sgd", "--delta", "1.5"], "--delta"),
+    (["--method", "dd-ef-sgd", "--delta", "0"], "--delta"),
+    (["--method", "d-sgd", "--data-root", "/nonexistent/fmnist"], "no Fashion-MNIST"),
+    (["--method", "d-sgd", "--trace", "no-such-trace"], "no-such-trace"),
+    (["--method", "d-sgd", "--target", "75"], "not an accuracy"),
+    (["--method", "d-sgd", "--delta", "0.5"], "invalid option for method d-sgd"),
+    (["--method", "d-sgd", "--workers", "0"], "--workers"),
+]
+
+
+@pytest.mark.parametrize("extra,message", BAD_INPUTS)
+def test_bad_input_is_one_clear_line_before_training(tmp_path, fmnist_root, capsys, extra,
+                                                     message):
+    args = ["run", "--task", "cnn-fmnist", "--method", "d-sgd", "--trace",
+            "constant-20mbps-100ms", "--data-root",
+            str(fmnist_root), "--out", str(tmp_path / "x"), "--no-progress", *extra]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("decobench: error: ") and message in err[0]
+    assert not (tmp_path / "x").exists()       # nothing started
+
+
+def test_malformed_trace_names_file_and_line(tmp_path, fmnist_root, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("time_s,bandwidth_mbps,latency_ms\n0,10,100\n5,-3,100\n")
+    args = ["run", "--task", "cnn-fmnist", "--method", "d-sgd", "--trace", str(bad),
+            "--data-root", str(fmnist_root), "--out", str(tmp_path / "x"), "--no-progress"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{bad}:3" in err[0]
+    assert not (tmp_path / "x").exists()
+
+
+def test_existing_run_directory_is_not_overwritten_silently(tmp_path, fmnist_root, capsys):
+    out = _run(tmp_path, fmnist_root, "once", "--method", "d-sgd", "--max-iters", "1")
+    assert main(["run", *SMALL, "--method", "d-sgd", "--data-root", str(fmnist_root),
+                 "--out", str(out)]) == 2
+    assert "already exists" in capsys.readouterr().err
+
+
+def test_plan_command(capsys):
+    assert main(["plan", "--params", "1000000", "--workers", "4", "--compute-ms", "100",
+                 "--bandwidth-mbps", "100", "--latency-ms", "200", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["delta"], plan["tau"], plan["bubble_free"]) == (0.28125, 3, True)
+    assert plan["dsgd_t_avg_s"] == pytest.approx(0.1 + 0.32 + 0.2)
