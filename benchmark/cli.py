@@ -66,6 +66,9 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--compute-time", choices=["profile", "measured"], default=S,
                    help="per-iteration compute time T: the profile's fixed value in seconds "
                    "(default) or measured wall time")
+    g.add_argument("--compute-time-s", type=float, default=S, metavar="SECONDS",
+                   help="fixed per-iteration compute time T in seconds, overriding the "
+                   "profile's (e.g. the time your GPU takes for one batch)")
     g.add_argument("--eval-every", type=int, default=S, metavar="E",
                    help="evaluate every E iterations (default: the profile's)")
     g.add_argument("--batch-size", type=int, default=S, help="per-worker batch size")

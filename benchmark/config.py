@@ -45,6 +45,8 @@ class RunConfig(BaseModel):
     compute_time: Literal["profile", "measured"] = Field(
         "profile", description="T per iteration: the profile's fixed value, or measured wall "
         "time of the vectorised gradient step divided by n")
+    compute_time_s: float | None = Field(None, gt=0, description="fixed per-iteration compute "
+                                         "time T in seconds, overriding the profile's")
     eval_every: int | None = Field(None, gt=0, description="evaluate every E iterations "
                                    "(default: the task profile's)")
     batch_size: int | None = Field(None, gt=0, description="per-worker batch size (default: "

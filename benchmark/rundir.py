@@ -11,32 +11,16 @@ import json
 import math
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from benchmark.atomicio import write_text_atomic
 from benchmark.errors import DecobenchError
 
 CONFIG, METRICS, SUMMARY = "config.yaml", "metrics.jsonl", "summary.json"
 PARTIAL_SUFFIX = ".partial"
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _json_safe(value: Any) -> Any:
@@ -65,10 +49,12 @@ class RunDirectory:
         self._metrics = None
 
     def write_config(self, config: dict[str, Any]) -> None:
-        atomic_write_text(self.path / CONFIG, yaml.safe_dump(config, sort_keys=True))
+        write_text_atomic(self.path / CONFIG, yaml.safe_dump(config, sort_keys=True))
 
     def open_metrics(self) -> None:
-        self._metrics = open(self.path / (METRICS + PARTIAL_SUFFIX), "w")  # noqa: SIM115
+        # line-buffered, so a live run can be followed with `tail -f`
+        self._metrics = open(self.path / (METRICS + PARTIAL_SUFFIX), "w",  # noqa: SIM115
+                             buffering=1)
 
     def log(self, row: dict[str, Any]) -> None:
         assert self._metrics is not None, "open_metrics() first"
@@ -91,7 +77,7 @@ class RunDirectory:
             self._metrics = None
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        atomic_write_text(self.path / SUMMARY,
+        write_text_atomic(self.path / SUMMARY,
                           json.dumps({k: _json_safe(v) for k, v in summary.items()},
                                      indent=2, sort_keys=True) + "\n")
 

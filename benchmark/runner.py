@@ -59,6 +59,8 @@ class PreparedRun:
     trace_path: Path
     out: Path
     max_iters: int
+    compute_time_s: float | None
+    compute_time_source: str
     eval_every: int
     batch_size: int
     optimizer: OptimizerConfig
@@ -98,9 +100,29 @@ def prepare(config: RunConfig) -> PreparedRun:
         config=config, task=task, profile=profile, spec=spec, options=options, trace=trace,
         trace_path=trace_path, out=Path(config.out) if config.out else default_out(config),
         max_iters=config.max_iters or profile.max_iters,
+        compute_time_s=_fixed_compute_time(config, profile),
+        compute_time_source=_compute_time_source(config, profile),
         eval_every=config.eval_every or profile.eval_every,
         batch_size=config.batch_size or profile.batch_size,
         optimizer=optimizer, data_root=data_root, download=download)
+
+
+def _fixed_compute_time(config: RunConfig, profile: TaskProfile) -> float | None:
+    """T in seconds when it is fixed (profile or override); None when measured."""
+    if config.compute_time == "measured":
+        if config.compute_time_s is not None:
+            raise DecobenchError("--compute-time measured and --compute-time-s exclude each other")
+        return None
+    return config.compute_time_s if config.compute_time_s is not None else profile.compute_time_s
+
+
+def _compute_time_source(config: RunConfig, profile: TaskProfile) -> str:
+    if config.compute_time == "measured":
+        return ("measured: vectorised gradient + method step wall time / n on the machine "
+                "that ran the simulation")
+    if config.compute_time_s is not None:
+        return "given by the user (--compute-time-s)"
+    return profile.compute_time_source
 
 
 def _git_commit() -> str | None:
@@ -129,11 +151,7 @@ def resolved_config(run: PreparedRun, d: int, data_source: str) -> dict[str, Any
         momentum=run.optimizer.momentum, weight_decay=run.optimizer.weight_decay,
         trace_path=str(run.trace_path), trace_name=run.trace.name or run.trace_path.stem,
         data_source=data_source, parameters=d, metric_name=run.task.metric_name,
-        compute_time_s=(run.profile.compute_time_s if run.config.compute_time == "profile"
-                        else None),
-        compute_time_source=(run.profile.compute_time_source if run.config.compute_time ==
-                             "profile" else "measured: vectorised gradient + method step "
-                             "wall time / n on the machine that ran the simulation"),
+        compute_time_s=run.compute_time_s, compute_time_source=run.compute_time_source,
         versions=versions())
     return config
 
@@ -204,7 +222,7 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
                                 "wall_time_s": time.perf_counter() - wall_start})
                     break
                 step = method.step(k, params, grads)
-                compute_s = (run.profile.compute_time_s if config.compute_time == "profile"
+                compute_s = (run.compute_time_s if run.compute_time_s is not None
                              else (time.perf_counter() - t0) / config.workers)
                 timing = clock.step(compute_s, step.bits_per_worker, step.staleness, step.dense)
                 heapq.heappush(in_flight, (timing.arrive_s, k,
@@ -287,7 +305,8 @@ def _summary(run: PreparedRun, outcome: _Outcome, clock: EventClock, d: int,
         "bits_sent": outcome.bits_sent, "diverged": outcome.status == "diverged",
         "diverged_at_iteration": outcome.diverged_at_iteration, "backend": config.backend,
         "status": outcome.status, "eval_every": run.eval_every, "profile": run.profile.name,
-        "compute_time": config.compute_time, "topology": config.topology, "parameters": d,
+        "compute_time": config.compute_time, "compute_time_s": run.compute_time_s,
+        "topology": config.topology, "parameters": d,
         "bubble_s": clock.total_bubble_s, "bubble_fraction": clock.bubble_fraction(),
         "time_basis": "simulated", "wall_time_s": wall_s,
     }

@@ -28,12 +28,12 @@ from __future__ import annotations
 import math
 import os
 import pathlib
-import tempfile
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from benchmark.atomicio import write_bytes_atomic
 from benchmark.errors import DecobenchError
 
 HEADER: tuple[str, str, str] = ("time_s", "bandwidth_mbps", "latency_ms")
@@ -404,26 +404,6 @@ def load_trace(path_or_name: str | os.PathLike[str], loop: bool = False) -> Trac
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(f"{path}: cannot read trace file: {exc}") from None
     return parse_trace_csv(text, source=str(path), loop=loop, name=path.stem)
-
-
-def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, then rename."""
-    target = pathlib.Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
-        os.chmod(tmp, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def write_trace(trace: Trace, path: str | os.PathLike[str], comment: str | None = None) -> None:

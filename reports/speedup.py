@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmark.atomicio import write_text_atomic
 from benchmark.errors import DecobenchError
-from benchmark.rundir import SUMMARY, atomic_write_text, read_summary
+from benchmark.rundir import SUMMARY, read_summary
 
 BASELINE = "d-sgd"
 
@@ -83,5 +84,5 @@ def write_report(results_dir: str | Path) -> tuple[Path, str]:
             "charged. Speed-up = TTT(D-SGD) / TTT(method); '>=' marks a lower bound where "
             "D-SGD did not reach the target within its budget.\n\n" + speedup_table(summaries))
     path = Path(results_dir) / "report.md"
-    atomic_write_text(path, text)
+    write_text_atomic(path, text)
     return path, text

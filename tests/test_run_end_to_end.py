@@ -38,7 +38,7 @@ def test_run_directory_contract(tmp_path, fmnist_root, method):
     evals = [r for r in rows if "metric" in r]
     assert [r["iteration"] for r in evals] == [6, 12]
     assert all(r["metric_name"] == "accuracy" for r in evals)
-    assert all(a["sim_time_s"] < b["sim_time_s"] for a, b in zip(rows, rows[1:]))
+    assert all(a["sim_time_s"] < b["sim_time_s"] for a, b in zip(rows, rows[1:], strict=False))
     summary = read_summary(out)
     assert summary["status"] == "finished" and summary["iterations"] == 12
     assert summary["bits_sent"] == rows[-1]["bits_sent"]

@@ -82,6 +82,7 @@ class Method(ABC):
 
     def observe(self, observation: Observation) -> None:
         """A transfer has arrived; adaptive methods update their measurements."""
+        return None
 
     def evaluation_params(self, params: Tensor) -> Tensor:
         """The parameters to evaluate (methods with per-worker models override this)."""

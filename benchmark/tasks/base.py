@@ -60,6 +60,7 @@ class Task(ABC):
 
     def validate_target(self, target: float) -> None:
         """Raise if ``target`` is not a meaningful value of this task's metric."""
+        return None
 
     def target_reached(self, metric: float, target: float) -> bool:
         return metric >= target if self.higher_is_better else metric <= target
