@@ -75,6 +75,11 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--lr", type=float, default=S, help="step size γ")
     g.add_argument("--momentum", type=float, default=S, help="momentum μ after aggregation")
     g.add_argument("--weight-decay", type=float, default=S, help="weight decay after aggregation")
+    g.add_argument("--schedule", choices=["constant", "warmup", "warmup-cosine"], default=S,
+                   help="learning-rate schedule: constant, linear warm-up then constant, or "
+                   "warm-up then cosine decay to 0 at --max-iters (default: the profile's)")
+    g.add_argument("--warmup-iters", type=int, default=S,
+                   help="iterations of linear learning-rate warm-up")
     g.add_argument("--log-every", type=int, default=S, help="metrics row every k iterations "
                    "(default 1)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")

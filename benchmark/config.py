@@ -54,6 +54,9 @@ class RunConfig(BaseModel):
     lr: float | None = Field(None, gt=0, description="step size γ (default: the profile's)")
     momentum: float | None = Field(None, ge=0, lt=1)
     weight_decay: float | None = Field(None, ge=0)
+    schedule: Literal["constant", "warmup", "warmup-cosine"] | None = Field(
+        None, description="learning-rate schedule (default: the profile's)")
+    warmup_iters: int | None = Field(None, ge=0, description="linear warm-up iterations")
     log_every: int = Field(1, ge=1, description="write a metrics row every k iterations")
     method_options: dict[str, Any] = Field(default_factory=dict)
 

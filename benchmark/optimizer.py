@@ -24,17 +24,20 @@ class OptimizerConfig(BaseModel):
     lr: float = Field(0.05, gt=0, description="step size γ")
     momentum: float = Field(0.0, ge=0, lt=1, description="heavy-ball momentum μ")
     weight_decay: float = Field(0.0, ge=0, description="L2 weight decay added to u_t")
-    schedule: Literal["constant", "warmup-cosine"] = "constant"
+    schedule: Literal["constant", "warmup", "warmup-cosine"] = "constant"
     warmup_iters: int = Field(0, ge=0)
     total_iters: int | None = Field(None, gt=0, description="cosine horizon (iterations)")
 
 
 def learning_rate(config: OptimizerConfig, iteration: int) -> float:
-    """γ_t: constant, or linear warm-up then cosine decay to 0 over ``total_iters``."""
+    """γ_t: constant; linear warm-up over ``warmup_iters`` then constant (``warmup``); or
+    linear warm-up then cosine decay to 0 at ``total_iters`` (``warmup-cosine``)."""
     if config.schedule == "constant":
         return config.lr
     if iteration < config.warmup_iters:
         return config.lr * (iteration + 1) / config.warmup_iters
+    if config.schedule == "warmup":
+        return config.lr
     horizon = config.total_iters or 1
     progress = min(1.0, (iteration - config.warmup_iters) / max(1, horizon - config.warmup_iters))
     return 0.5 * config.lr * (1.0 + math.cos(math.pi * progress))

@@ -95,7 +95,11 @@ def prepare(config: RunConfig) -> PreparedRun:
         lr=config.lr if config.lr is not None else profile.lr,
         momentum=config.momentum if config.momentum is not None else profile.momentum,
         weight_decay=(config.weight_decay if config.weight_decay is not None
-                      else profile.weight_decay))
+                      else profile.weight_decay),
+        schedule=config.schedule or profile.schedule,
+        warmup_iters=(config.warmup_iters if config.warmup_iters is not None
+                      else profile.warmup_iters),
+        total_iters=config.max_iters or profile.max_iters)
     return PreparedRun(
         config=config, task=task, profile=profile, spec=spec, options=options, trace=trace,
         trace_path=trace_path, out=Path(config.out) if config.out else default_out(config),
@@ -149,6 +153,7 @@ def resolved_config(run: PreparedRun, d: int, data_source: str) -> dict[str, Any
         method_options=run.options.model_dump(), out=str(run.out), max_iters=run.max_iters,
         eval_every=run.eval_every, batch_size=run.batch_size, lr=run.optimizer.lr,
         momentum=run.optimizer.momentum, weight_decay=run.optimizer.weight_decay,
+        schedule=run.optimizer.schedule, warmup_iters=run.optimizer.warmup_iters,
         trace_path=str(run.trace_path), trace_name=run.trace.name or run.trace_path.stem,
         data_source=data_source, parameters=d, metric_name=run.task.metric_name,
         compute_time_s=run.compute_time_s, compute_time_source=run.compute_time_source,

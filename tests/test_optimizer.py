@@ -27,3 +27,8 @@ def test_warmup_cosine_schedule():
     assert [learning_rate(cfg, t) for t in range(4)] == [0.25, 0.5, 0.75, 1.0]
     assert math.isclose(learning_rate(cfg, 9), 0.5)     # half-way through the cosine
     assert math.isclose(learning_rate(cfg, 14), 0.0, abs_tol=1e-12)
+
+
+def test_warmup_then_constant():
+    cfg = OptimizerConfig(lr=0.2, schedule="warmup", warmup_iters=2)
+    assert [learning_rate(cfg, t) for t in range(4)] == [0.1, 0.2, 0.2, 0.2]

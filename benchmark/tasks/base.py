@@ -32,6 +32,8 @@ class TaskProfile:
     max_iters: int
     momentum: float = 0.0
     weight_decay: float = 0.0
+    schedule: str = "constant"
+    warmup_iters: int = 0
 
 
 @dataclass(frozen=True)
