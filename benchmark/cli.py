@@ -241,11 +241,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
         compute_s = args.compute_ms / 1e3
     if compute_s is None:
         raise DecobenchError("--compute-ms is required with --params")
-    for flag, value in (("--bandwidth-mbps", args.bandwidth_mbps), ("--compute-ms", compute_s)):
-        if not value > 0:
-            raise DecobenchError(f"{flag} must be positive, got {value}")
-    if args.latency_ms < 0:
-        raise DecobenchError(f"--latency-ms must be >= 0, got {args.latency_ms}")
     a, b = args.bandwidth_mbps * 1e6, args.latency_ms / 1e3
     chosen = plan(d, args.workers, compute_s, a, b, topology=args.topology,
                   phi=get_phi(args.phi), tau_max=args.tau_max, delta_min=args.delta_min,

@@ -42,7 +42,6 @@ from benchmark.sharding import ShardedBatches
 from benchmark.tasks import Task, TaskData, TaskProfile, get_task
 from benchmark.tasks.base import build_seeded_model
 from benchmark.timemodel import EventClock, IterationTiming
-from benchmark.topology import topology_factors
 from netem.trace import Trace, load_trace, resolve_trace_path
 
 
@@ -230,8 +229,7 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
                 compute_s = (run.compute_time_s if run.compute_time_s is not None
                              else (time.perf_counter() - t0) / config.workers)
                 timing = clock.step(compute_s, step.bits_per_worker, step.staleness, step.dense)
-                heapq.heappush(in_flight, (timing.arrive_s, k,
-                                           _observation(timing, step.dense, config)))
+                heapq.heappush(in_flight, (timing.arrive_s, k, _observation(timing)))
                 outcome.bits_sent += step.bits_per_worker
                 outcome.iterations = k + 1
                 row = _iteration_row(k, timing, step, loss, outcome.bits_sent, clock, run.trace)
@@ -269,12 +267,11 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
     return summary
 
 
-def _observation(timing: IterationTiming, dense: bool, config: RunConfig) -> Observation:
-    factors = topology_factors(config.topology, config.workers, dense)
+def _observation(timing: IterationTiming) -> Observation:
     return Observation(iteration=timing.iteration, compute_s=timing.compute_s,
-                       link_bits=factors.h * timing.bits, tx_start_s=timing.tx_start_s,
+                       link_bits=timing.link_bits, tx_start_s=timing.tx_start_s,
                        tx_end_s=timing.tx_end_s, arrive_s=timing.arrive_s,
-                       latency_factor=factors.l)
+                       latency_factor=timing.latency_factor)
 
 
 def _iteration_row(k: int, timing: IterationTiming, step, loss: float, bits_sent: int,

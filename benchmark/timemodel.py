@@ -93,6 +93,8 @@ class IterationTiming:
     bubble_s: float
     bits: float
     staleness: int
+    link_bits: float  # h·W: bits that crossed the bottleneck link
+    latency_factor: float  # l: latency hops charged to this message
 
 
 class EventClock:
@@ -160,6 +162,8 @@ class EventClock:
             bubble_s=start - self._end,
             bits=bits,
             staleness=staleness,
+            link_bits=link_bits,
+            latency_factor=factors.l,
         )
         self._total_compute += compute_s
         self._total_bubble += start - self._end

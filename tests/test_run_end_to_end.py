@@ -157,3 +157,17 @@ def test_plan_command(capsys):
     plan = json.loads(capsys.readouterr().out)
     assert (plan["delta"], plan["tau"], plan["bubble_free"]) == (0.28125, 3, True)
     assert plan["dsgd_t_avg_s"] == pytest.approx(0.1 + 0.32 + 0.2)
+
+
+@pytest.mark.parametrize("flag,value,message", [
+    ("--bandwidth-mbps", "0", "bandwidth must be finite and > 0"),
+    ("--latency-ms", "-5", "latency must be finite and >= 0"),
+    ("--compute-ms", "0", "compute time must be finite and > 0"),
+])
+def test_plan_rejects_bad_conditions_with_one_line(capsys, flag, value, message):
+    args = {"--params": "1000", "--compute-ms": "100", "--bandwidth-mbps": "10",
+            "--latency-ms": "50"}
+    args[flag] = value
+    assert main(["plan", *[x for kv in args.items() for x in kv]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("decobench: error: ") and message in err[0]

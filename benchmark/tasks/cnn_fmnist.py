@@ -87,7 +87,6 @@ class CnnFashionMnist(Task):
         from torchvision.datasets import FashionMNIST
 
         root = Path(data_root) if data_root is not None else default_data_root()
-        self.check_data(root, download)
         train = FashionMNIST(str(root), train=True, download=download)
         test = FashionMNIST(str(root), train=False, download=download)
 
