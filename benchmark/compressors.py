@@ -77,11 +77,15 @@ class Compressed:
 
 
 class Compressor(Protocol):
-    """C_δ: maps ``[n, d]`` inputs to what each worker sends at compression ratio δ."""
+    """C_δ: maps ``[n, d]`` inputs to what each worker sends at compression ratio δ.
+
+    ``iteration`` seeds randomness the workers share without sending it (CocktailSGD's
+    sample mask); deterministic compressors ignore it.
+    """
 
     name: str
 
-    def compress(self, p: Tensor, delta: float) -> Compressed: ...
+    def compress(self, p: Tensor, delta: float, iteration: int = 0) -> Compressed: ...
 
 
 class DenseCompressor:
@@ -89,7 +93,7 @@ class DenseCompressor:
 
     name = "dense"
 
-    def compress(self, p: Tensor, delta: float = 1.0) -> Compressed:
+    def compress(self, p: Tensor, delta: float = 1.0, iteration: int = 0) -> Compressed:
         d = p.shape[1]
         return Compressed(values=p.clone(), indices=None, d=d,
                           bits_per_worker=dense_wire_bits(d), delta=1.0)
@@ -105,7 +109,7 @@ class TopKCompressor:
 
     name = "topk"
 
-    def compress(self, p: Tensor, delta: float) -> Compressed:
+    def compress(self, p: Tensor, delta: float, iteration: int = 0) -> Compressed:
         n, d = p.shape
         k = topk_count(delta, d)
         if k >= d:

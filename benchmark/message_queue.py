@@ -9,21 +9,24 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
-from benchmark.compressors import Update
+P = TypeVar("P")
 
 
 @dataclass(frozen=True, order=True)
-class Message:
-    """An aggregated update sent at ``sent_at`` with ``staleness`` τ; due at sent_at + τ."""
+class Message(Generic[P]):
+    """A payload sent at ``sent_at`` with staleness τ; due at sent_at + τ. The payload is
+    usually the aggregated :class:`~benchmark.compressors.Update`; DGA sends each worker's
+    local update."""
 
     due_at: int
     sent_at: int
     staleness: int = field(compare=False)
-    update: Update = field(compare=False)
+    update: P = field(compare=False)
 
 
-class DelayQueue:
+class DelayQueue(Generic[P]):
     """Messages ordered by (due iteration, send iteration).
 
     ``pop_due(t)`` returns every message with s + τ_s <= t in send order, so the sum applied
@@ -31,9 +34,9 @@ class DelayQueue:
     """
 
     def __init__(self) -> None:
-        self._heap: list[Message] = []
+        self._heap: list[Message[P]] = []
 
-    def push(self, sent_at: int, staleness: int, update: Update) -> Message:
+    def push(self, sent_at: int, staleness: int, update: P) -> Message[P]:
         if staleness < 0:
             raise ValueError(f"staleness must be >= 0, got {staleness}")
         message = Message(due_at=sent_at + staleness, sent_at=sent_at, staleness=staleness,
@@ -41,8 +44,8 @@ class DelayQueue:
         heapq.heappush(self._heap, message)
         return message
 
-    def pop_due(self, iteration: int) -> list[Message]:
-        due: list[Message] = []
+    def pop_due(self, iteration: int) -> list[Message[P]]:
+        due: list[Message[P]] = []
         while self._heap and self._heap[0].due_at <= iteration:
             due.append(heapq.heappop(self._heap))
         return sorted(due, key=lambda m: m.sent_at)
@@ -51,5 +54,5 @@ class DelayQueue:
         return len(self._heap)
 
     @property
-    def in_flight(self) -> list[Message]:
+    def in_flight(self) -> list[Message[P]]:
         return sorted(self._heap)

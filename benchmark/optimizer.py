@@ -51,6 +51,12 @@ class SharedOptimizer:
         self._velocity: Tensor | None = None
 
     def step(self, params: Tensor, update: Tensor, iteration: int) -> None:
+        """x ← x − γ_t v (in place)."""
+        params.add_(self.change(params, update, iteration))
+
+    def change(self, params: Tensor, update: Tensor, iteration: int) -> Tensor:
+        """The signed parameter change −γ_t v this step would make, advancing the momentum
+        buffer but leaving ``params`` untouched (DGA sends this local update)."""
         lr = learning_rate(self.config, iteration)
         direction = update
         if self.config.weight_decay:
@@ -60,4 +66,4 @@ class SharedOptimizer:
                 self._velocity = torch.zeros_like(params)
             self._velocity.mul_(self.config.momentum).add_(direction)
             direction = self._velocity
-        params.sub_(direction, alpha=lr)
+        return direction * -lr

@@ -193,7 +193,9 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
     method = run.spec.build(
         MethodContext(d=layout.d, workers=config.workers, topology=config.topology,
                       optimizer=run.optimizer,
-                      param_shapes=tuple(zip(layout.names, layout.shapes, strict=True))),
+                      param_shapes=tuple(zip(layout.names, layout.shapes, strict=True)),
+                      seed=config.seed, iterations_per_epoch=batches.iterations_per_epoch,
+                      max_iters=run.max_iters),
         run.options)
     clock = EventClock(run.trace, topology=config.topology, workers=config.workers)
     rundir.write_config(resolved_config(run, layout.d, data.source))
@@ -216,7 +218,7 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
                     method.observe(heapq.heappop(in_flight)[2])
                 batch = batches.next()
                 t0 = time.perf_counter()
-                grads, losses = gradients(params, data.train_inputs[batch],
+                grads, losses = gradients(method.worker_params(params), data.train_inputs[batch],
                                           data.train_targets[batch])
                 loss = float(losses.mean())
                 if not math.isfinite(loss):

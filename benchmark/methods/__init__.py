@@ -9,7 +9,6 @@ from __future__ import annotations
 from baselines import BASELINE_SPECS
 from benchmark.compressors import TopKCompressor
 from benchmark.errors import DecobenchError
-from benchmark.estimators import LinkEstimator
 from benchmark.methods.base import (
     Method,
     MethodContext,
@@ -18,10 +17,9 @@ from benchmark.methods.base import (
     Observation,
     StepResult,
 )
-from benchmark.methods.controllers import DecoController, StaticController
+from benchmark.methods.controllers import StaticController, deco_controller
 from benchmark.methods.ddefsgd import DDEFSGD
 from benchmark.methods.options import DecoOptions, StaticOptions
-from benchmark.phi import get_phi
 
 
 def build_dd_ef_sgd(context: MethodContext, options: StaticOptions) -> Method:
@@ -29,11 +27,7 @@ def build_dd_ef_sgd(context: MethodContext, options: StaticOptions) -> Method:
 
 
 def build_deco_sgd(context: MethodContext, options: DecoOptions) -> Method:
-    controller = DecoController(
-        d=context.d, workers=context.workers, topology=context.topology,
-        phi=get_phi(options.phi), interval=options.deco_interval, tau_max=options.tau_max,
-        delta_min=options.delta_min, kappa=options.kappa, initial_delta=options.initial_delta,
-        estimator=LinkEstimator(alpha=options.estimator_alpha))
+    controller = deco_controller(context, options, interval=options.deco_interval)
     return DDEFSGD(context, TopKCompressor(), controller)
 
 

@@ -9,6 +9,7 @@ is the :class:`Observation` of each transfer the backend reports once it has arr
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +30,12 @@ class MethodOptions(BaseModel):
 
 @dataclass(frozen=True)
 class MethodContext:
-    """What a method may know about the run before it starts."""
+    """What a method may know about the run before it starts.
+
+    ``param_shapes`` lists the flat vector's tensors in order (name, shape);
+    ``iterations_per_epoch`` is one pass over each worker's shard; ``max_iters`` the run's
+    iteration budget; ``seed`` the run seed (for shared randomness such as a sample mask).
+    """
 
     d: int
     workers: int
@@ -37,6 +43,15 @@ class MethodContext:
     optimizer: OptimizerConfig
     param_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    seed: int = 0
+    iterations_per_epoch: int = 1
+    max_iters: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.param_shapes and sum(math.prod(s) for _, s in self.param_shapes) != self.d:
+            raise ValueError("param_shapes do not add up to d")
+        if self.iterations_per_epoch < 1:
+            raise ValueError("iterations_per_epoch must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -83,6 +98,11 @@ class Method(ABC):
     def observe(self, observation: Observation) -> None:
         """A transfer has arrived; adaptive methods update their measurements."""
         return None
+
+    def worker_params(self, params: Tensor) -> Tensor:
+        """Where the workers take this iteration's gradients: the shared x_t (``[d]``), or an
+        ``[n, d]`` stack for methods whose workers hold different models (DGA)."""
+        return params
 
     def evaluation_params(self, params: Tensor) -> Tensor:
         """The parameters to evaluate (methods with per-worker models override this)."""

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from benchmark.estimators import LinkEstimator, NetworkEstimate
-from benchmark.methods.base import Observation
-from benchmark.phi import PhiModel
+from benchmark.methods.base import MethodContext, Observation
+from benchmark.methods.options import PlannerOptions
+from benchmark.phi import PhiModel, get_phi
 from benchmark.planner import Plan, plan
 
 
@@ -110,3 +111,18 @@ class DecoController:
             "plan_t_avg_s": chosen.t_avg_s,
             "plan_phi": chosen.phi,
         }
+
+
+PLAN_ONCE = 2**62
+"""A re-plan interval no run reaches: the controller plans once and keeps that plan."""
+
+
+def deco_controller(context: MethodContext, options: PlannerOptions,
+                    interval: int) -> DecoController:
+    """A :class:`DecoController` built from the planner options; ``interval = PLAN_ONCE``
+    freezes the first plan (CocktailSGD as the DeCo paper runs it)."""
+    return DecoController(
+        d=context.d, workers=context.workers, topology=context.topology,
+        phi=get_phi(options.phi), interval=interval, tau_max=options.tau_max,
+        delta_min=options.delta_min, kappa=options.kappa, initial_delta=options.initial_delta,
+        estimator=LinkEstimator(alpha=options.estimator_alpha))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from benchmark.compressors import Compressor, DenseCompressor
+from benchmark.compressors import Compressor, DenseCompressor, Update
 from benchmark.error_feedback import ErrorFeedback
 from benchmark.message_queue import DelayQueue
 from benchmark.methods.base import Method, MethodContext, Observation, StepResult
@@ -37,7 +37,7 @@ class DDEFSGD(Method):
         self.controller = controller
         self.error_feedback = (None if isinstance(compressor, DenseCompressor)
                                else ErrorFeedback(context.workers, context.d, device=context.device))
-        self.queue = DelayQueue()
+        self.queue: DelayQueue[Update] = DelayQueue()
         self.optimizer = SharedOptimizer(context.optimizer)
 
     def observe(self, observation: Observation) -> None:
@@ -46,9 +46,10 @@ class DDEFSGD(Method):
     def step(self, iteration: int, params: Tensor, gradients: Tensor) -> StepResult:
         schedule = self.controller.schedule(iteration)
         if self.error_feedback is None:
-            compressed = self.compressor.compress(gradients, schedule.delta)
+            compressed = self.compressor.compress(gradients, schedule.delta, iteration)
         else:
-            compressed = self.error_feedback.step(gradients, self.compressor, schedule.delta)
+            compressed = self.error_feedback.step(gradients, self.compressor, schedule.delta,
+                                                  iteration)
         self.queue.push(iteration, schedule.staleness, compressed.mean())
         due = self.queue.pop_due(iteration)
         update = torch.zeros_like(params)

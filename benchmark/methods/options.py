@@ -18,11 +18,10 @@ class StaticOptions(MethodOptions):
                      "computed at iteration t is applied at t + τ")
 
 
-class DecoOptions(MethodOptions):
-    """DeCo-SGD: DD-EF-SGD with (δ, τ) re-planned by DeCo every F iterations."""
+class PlannerOptions(MethodOptions):
+    """The DeCo planner's knobs (deco-sgd.md §5), shared by DeCo-SGD and by CocktailSGD,
+    whose static (δ, τ) is DeCo's first plan."""
 
-    deco_interval: int = Field(100, ge=1, description="F: re-plan every F iterations "
-                               "(the paper's default 100; 10 reacts faster)")
     tau_max: int = Field(32, ge=0, le=1000, description="largest staleness the planner considers")
     delta_min: float = Field(1e-4, gt=0, le=1, description="smallest compression ratio δ "
                              "the planner considers")
@@ -35,3 +34,10 @@ class DecoOptions(MethodOptions):
                                  "sent before any measurement exists (it is the probe)")
     estimator_alpha: float = Field(0.3, gt=0, le=1, description="EWMA weight of the newest "
                                    "measurement of bandwidth, latency and compute time")
+
+
+class DecoOptions(PlannerOptions):
+    """DeCo-SGD: DD-EF-SGD with (δ, τ) re-planned by DeCo every F iterations."""
+
+    deco_interval: int = Field(100, ge=1, description="F: re-plan every F iterations "
+                               "(the paper's default 100; 10 reacts faster)")
