@@ -1,9 +1,13 @@
 """Baseline methods of the paper's comparison, registered with the method registry.
 
 Each baseline reuses the shared machinery of :mod:`benchmark` (compressors, error
-feedback, delay queue, shared optimizer); see ``../shared/spec/baselines.md``.
+feedback, delay queue, shared optimizer); see ``../shared/spec/baselines.md`` and the
+method cards in ``docs/methods/``.
 """
 
+from baselines.accordion import ACCORDION_SPEC
+from baselines.cocktail import COCKTAIL_SGD_SPEC
+from baselines.dga import DGA_SPEC
 from baselines.dsgd import DSGD_SPEC
 
-BASELINE_SPECS = (DSGD_SPEC,)
+BASELINE_SPECS = (DSGD_SPEC, ACCORDION_SPEC, DGA_SPEC, COCKTAIL_SGD_SPEC)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import types
 import typing
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +23,9 @@ examples:
       --trace wan-200ms-lowbw-varying --target 0.75 --data-root ../shared/data/fashion-mnist-mini
   decobench run --config run.yaml --seed 3          (flags override the YAML file)
   decobench run --method dd-ef-sgd --help           (shows only that method's options)
+
+Each method's card (paper, what it sends, knobs, this project's decisions) is
+docs/methods/METHOD.md.
 
 The run directory (--out) receives config.yaml, metrics.jsonl and summary.json.
 """
@@ -85,38 +89,72 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
 def _field_type(annotation: Any) -> tuple[Any, list[str] | None]:
+    """argparse type and choices for an options field (``X | None`` is parsed as X)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(inner) == 1:
+            annotation = inner[0]
     if typing.get_origin(annotation) is typing.Literal:
         return str, [str(a) for a in typing.get_args(annotation)]
+    if annotation is bool:
+        return _parse_bool, None
     return annotation, None
+
+
+def _shown_default(value: Any) -> str:
+    return "unset" if value is None else str(value)
 
 
 def _method_flags(parser: argparse.ArgumentParser, only: str | None) -> None:
     """One flag per method option field. All are parsed (so an option the chosen method does
     not have is reported by that method's options model); with ``--method M`` the help shows
-    only M's options."""
+    only M's options, with M's defaults."""
     from benchmark.methods import method_specs
 
     specs = method_specs()
     shown = {only} if only in specs else set(specs)
-    owners: dict[str, list[str]] = {}
-    fields: dict[str, Any] = {}
+    owners: dict[str, list[tuple[str, Any]]] = {}
     for spec in specs.values():
         for name, info in spec.options.model_fields.items():
-            owners.setdefault(name, []).append(spec.name)
-            fields.setdefault(name, info)
+            owners.setdefault(name, []).append((spec.name, info))
     title = f"options of {only}" if only in specs else "method options (each names its methods)"
     group = parser.add_argument_group(title)
-    if not any(shown & set(owner) for owner in owners.values()):
-        group.description = "this method has no options of its own"
-    for name, info in fields.items():
+    if only in specs:
+        group.description = f"method card: docs/methods/{only}.md"
+    if not any(method in shown for entries in owners.values() for method, _ in entries):
+        group.description = ("this method has no options of its own; method card: "
+                             f"docs/methods/{only}.md")
+    for name, entries in owners.items():
+        visible = [(method, info) for method, info in entries if method in shown]
+        info = (visible or entries)[0][1]
         kind, choices = _field_type(info.annotation)
-        visible = bool(shown & set(owners[name]))
-        group.add_argument("--" + name.replace("_", "-"), dest=f"method_option__{name}",
-                           type=kind, choices=choices, default=argparse.SUPPRESS,
-                           metavar=None if choices else name.upper(),
-                           help=(f"{info.description} [default {info.default}; "
-                                 f"{', '.join(owners[name])}]") if visible else argparse.SUPPRESS)
+        flag = "--" + name.replace("_", "-")
+        extra: dict[str, Any] = {}
+        if kind is _parse_bool:
+            extra = {"nargs": "?", "const": True, "metavar": "true|false"}
+        elif not choices:
+            extra = {"metavar": name.upper()}
+        defaults = {_shown_default(i.default) for _, i in visible}
+        if len(defaults) == 1:
+            default = f"default {defaults.pop()}"
+        else:
+            default = "default " + ", ".join(f"{m}: {_shown_default(i.default)}"
+                                             for m, i in visible)
+        methods = "" if only in specs else "; " + ", ".join(m for m, _ in visible)
+        group.add_argument(flag, dest=f"method_option__{name}", type=kind, choices=choices,
+                           default=argparse.SUPPRESS,
+                           help=f"{info.description} [{default}{methods}]" if visible
+                           else argparse.SUPPRESS, **extra)
 
 
 def _tasks_and_methods_epilog() -> str:

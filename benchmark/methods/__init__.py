@@ -6,7 +6,6 @@ DeCo-SGD live here; the baselines (``baselines/``) register through the same spe
 
 from __future__ import annotations
 
-from baselines import BASELINE_SPECS
 from benchmark.compressors import TopKCompressor
 from benchmark.errors import DecobenchError
 from benchmark.methods.base import (
@@ -32,6 +31,8 @@ def build_deco_sgd(context: MethodContext, options: DecoOptions) -> Method:
 
 
 def _specs() -> dict[str, MethodSpec]:
+    from baselines import BASELINE_SPECS  # baselines import this package's base types
+
     own = (
         MethodSpec("dd-ef-sgd", "DD-EF-SGD: global Top-k with error feedback and a fixed "
                    "staleness (static δ, τ)", StaticOptions, build_dd_ef_sgd),
