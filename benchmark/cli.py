@@ -58,6 +58,9 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--data-root", default=S, metavar="DIR",
                    help="existing copy of the data set (no download); default: download to "
                    "~/.cache/decobench/data")
+    g.add_argument("--dataset", default=S, metavar="VARIANT",
+                   help="data set variant, for tasks with several (gpt2-wikitext: "
+                   "wikitext-2-raw-v1 (default) or wikitext-103-raw-v1)")
     g.add_argument("--out", default=S, metavar="DIR",
                    help="run directory (default runs/TASK__METHOD__TRACE__nN__sSEED)")
     g.add_argument("--overwrite", action="store_true", help="replace an existing run directory")

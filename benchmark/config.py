@@ -38,6 +38,8 @@ class RunConfig(BaseModel):
     data_root: str | None = Field(None, description="folder with an existing copy of the data "
                                   "set (no download)")
     out: str | None = Field(None, description="run directory")
+    dataset: str | None = Field(None, description="data set variant of the task (e.g. "
+                                "wikitext-103-raw-v1 for gpt2-wikitext); default: the task's first")
     backend: Literal["simulated"] = "simulated"
     profile: str = Field("paper", description="task profile (model size, batch, lr, T)")
     topology: Literal["paper", "ring"] = Field("paper", description="communication topology "

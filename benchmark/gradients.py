@@ -24,12 +24,15 @@ class WorkerGradients:
     """``gradients(x, inputs, targets) -> (g [n, d], loss [n])``.
 
     ``x`` is ``[d]`` (shared model) or ``[n, d]`` (one model per worker); ``inputs`` and
-    ``targets`` carry a leading worker axis ``[n, B, ...]``. Buffers (e.g. BatchNorm
+    ``targets`` carry a leading worker axis ``[n, B, ...]``. With ``vectorise=False`` the
+    same function runs once per worker (for models ``vmap`` cannot batch). Buffers (e.g. BatchNorm
     statistics) are read from the template module and not updated.
     """
 
-    def __init__(self, module: nn.Module, layout: FlatLayout, loss_fn: LossFn) -> None:
+    def __init__(self, module: nn.Module, layout: FlatLayout, loss_fn: LossFn,
+                 vectorise: bool = True) -> None:
         self.module, self.layout, self.loss_fn = module, layout, loss_fn
+        self.vectorise = vectorise
         self.buffers = dict(module.named_buffers())
         self._grad = grad_and_value(self._loss)
 
@@ -40,7 +43,11 @@ class WorkerGradients:
 
     def __call__(self, params: Tensor, inputs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
         params_dim = 0 if params.dim() == 2 else None
-        return vmap(self._grad, in_dims=(params_dim, 0, 0))(params, inputs, targets)
+        if self.vectorise:
+            return vmap(self._grad, in_dims=(params_dim, 0, 0))(params, inputs, targets)
+        results = [self._grad(params if params_dim is None else params[i], inputs[i], targets[i])
+                   for i in range(inputs.shape[0])]
+        return (torch.stack([g for g, _ in results]), torch.stack([v for _, v in results]))
 
     @torch.no_grad()
     def forward(self, params: Tensor, inputs: Tensor) -> Tensor:

@@ -65,6 +65,7 @@ class PreparedRun:
     optimizer: OptimizerConfig
     data_root: Path | None
     download: bool
+    dataset: str | None
 
 
 def default_out(config: RunConfig) -> Path:
@@ -89,7 +90,8 @@ def prepare(config: RunConfig) -> PreparedRun:
     trace = load_trace(trace_path, loop=config.trace_loop)
     data_root = Path(config.data_root) if config.data_root else None
     download = data_root is None
-    task.check_data(data_root, download)
+    variant = task.dataset_variant(config.dataset)
+    task.check_data(data_root, download, variant)
     optimizer = OptimizerConfig(
         lr=config.lr if config.lr is not None else profile.lr,
         momentum=config.momentum if config.momentum is not None else profile.momentum,
@@ -107,7 +109,7 @@ def prepare(config: RunConfig) -> PreparedRun:
         compute_time_source=_compute_time_source(config, profile),
         eval_every=config.eval_every or profile.eval_every,
         batch_size=config.batch_size or profile.batch_size,
-        optimizer=optimizer, data_root=data_root, download=download)
+        optimizer=optimizer, data_root=data_root, download=download, dataset=variant)
 
 
 def _fixed_compute_time(config: RunConfig, profile: TaskProfile) -> float | None:
@@ -154,6 +156,7 @@ def resolved_config(run: PreparedRun, d: int, data_source: str) -> dict[str, Any
         momentum=run.optimizer.momentum, weight_decay=run.optimizer.weight_decay,
         schedule=run.optimizer.schedule, warmup_iters=run.optimizer.warmup_iters,
         trace_path=str(run.trace_path), trace_name=run.trace.name or run.trace_path.stem,
+        dataset=run.dataset,
         data_source=data_source, parameters=d, metric_name=run.task.metric_name,
         compute_time_s=run.compute_time_s, compute_time_source=run.compute_time_source,
         versions=versions())
@@ -162,7 +165,7 @@ def resolved_config(run: PreparedRun, d: int, data_source: str) -> dict[str, Any
 
 def load_task_data(run: PreparedRun) -> TaskData:
     try:
-        return run.task.load_data(run.data_root, run.download)
+        return run.task.load_data(run.data_root, run.download, run.profile, run.dataset)
     except (RuntimeError, OSError) as exc:
         raise DecobenchError(f"could not load data for task {run.task.name}: {exc}") from exc
 
@@ -188,8 +191,8 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
     model = build_seeded_model(task, run.profile, config.seed)
     layout = FlatLayout.of(model)
     params = layout.flatten(model)
-    gradients = WorkerGradients(model, layout, task.loss)
-    batches = ShardedBatches(len(data.train_targets), config.workers, run.batch_size, config.seed)
+    gradients = WorkerGradients(model, layout, task.loss, vectorise=task.vectorise)
+    batches = ShardedBatches(data.num_train, config.workers, run.batch_size, config.seed)
     method = run.spec.build(
         MethodContext(d=layout.d, workers=config.workers, topology=config.topology,
                       optimizer=run.optimizer,
@@ -218,8 +221,8 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
                     method.observe(heapq.heappop(in_flight)[2])
                 batch = batches.next()
                 t0 = time.perf_counter()
-                grads, losses = gradients(method.worker_params(params), data.train_inputs[batch],
-                                          data.train_targets[batch])
+                inputs, targets = data.train_batch(batch)
+                grads, losses = gradients(method.worker_params(params), inputs, targets)
                 loss = float(losses.mean())
                 if not math.isfinite(loss):
                     outcome.status, outcome.diverged_at_iteration = "diverged", k + 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from benchmark.errors import DecobenchError
-from benchmark.tasks.base import Task, TaskData, TaskProfile
+from benchmark.tasks.base import Task, TaskData, TaskProfile, TensorData, parameter_count
 from benchmark.tasks.cnn_fmnist import CnnFashionMnist
 
 TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (CnnFashionMnist,)}
@@ -15,4 +15,5 @@ def get_task(name: str) -> Task:
     return TASKS[name]()
 
 
-__all__ = ["TASKS", "Task", "TaskData", "TaskProfile", "get_task"]
+__all__ = ["TASKS", "Task", "TaskData", "TaskProfile", "TensorData", "get_task",
+           "parameter_count"]

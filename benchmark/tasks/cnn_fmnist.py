@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.errors import DecobenchError
-from benchmark.tasks.base import Task, TaskData, TaskProfile
+from benchmark.tasks.base import Task, TaskData, TaskProfile, TensorData
 
 FMNIST_MEAN, FMNIST_STD = 0.2860, 0.3530
 RAW_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
@@ -72,7 +72,8 @@ class CnnFashionMnist(Task):
         if not 0.0 <= target <= 1.0:
             raise DecobenchError(f"--target {target} is not an accuracy; give a value in [0, 1]")
 
-    def check_data(self, data_root: Path | None, download: bool) -> None:
+    def check_data(self, data_root: Path | None, download: bool,
+                   variant: str | None = None) -> None:
         if data_root is None or download:
             return
         raw = Path(data_root) / "FashionMNIST" / "raw"
@@ -83,7 +84,8 @@ class CnnFashionMnist(Task):
                 "point --data-root at a folder holding FashionMNIST/raw/*-ubyte "
                 "(e.g. ../shared/data/fashion-mnist-mini), or omit it to download the data set")
 
-    def load_data(self, data_root: Path | None, download: bool) -> TaskData:
+    def load_data(self, data_root: Path | None, download: bool, profile: TaskProfile,
+                  variant: str | None = None) -> TaskData:
         from torchvision.datasets import FashionMNIST
 
         root = Path(data_root) if data_root is not None else default_data_root()
@@ -93,9 +95,9 @@ class CnnFashionMnist(Task):
         def normalise(images: Tensor) -> Tensor:
             return ((images.float() / 255.0 - FMNIST_MEAN) / FMNIST_STD).unsqueeze(1)
 
-        return TaskData(train_inputs=normalise(train.data), train_targets=train.targets.long(),
-                        test_inputs=normalise(test.data), test_targets=test.targets.long(),
-                        source=str(root))
+        return TensorData(train_inputs=normalise(train.data), train_targets=train.targets.long(),
+                          test_inputs=normalise(test.data), test_targets=test.targets.long(),
+                          source=str(root))
 
     def build_model(self, profile: TaskProfile) -> nn.Module:
         return PaperCNN()
@@ -105,6 +107,7 @@ class CnnFashionMnist(Task):
 
     @torch.no_grad()
     def evaluate(self, forward: Callable[[Tensor], Tensor], data: TaskData) -> float:
+        assert isinstance(data, TensorData)
         return classification_accuracy(forward, data.test_inputs, data.test_targets)
 
 
