@@ -21,6 +21,8 @@ RUN_EPILOG = """\
 examples:
   decobench run --task cnn-fmnist --method deco-sgd --workers 4 \\
       --trace wan-200ms-lowbw-varying --target 0.75 --data-root ../shared/data/fashion-mnist-mini
+  decobench run --task cnn-fmnist --profile cpu --regime paper-wan --method deco-sgd \\
+      --data-root ../shared/data/fashion-mnist-mini   (the paper profile's WAN, mapped)
   decobench run --config run.yaml --seed 3          (flags override the YAML file)
   decobench run --method dd-ef-sgd --help           (shows only that method's options)
 
@@ -43,6 +45,16 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--trace", default=S, metavar="CSV|NAME",
                    help="network trace: a CSV file or a bundled trace name "
                    "(see 'decobench trace list')")
+    g.add_argument("--regime", default=S, metavar="PROFILE:TRACE|ALIAS",
+                   help="network relative to the task instead of --trace: TRACE as the task's "
+                   "PROFILE sees it (e.g. paper:wan-200ms-lowbw-varying, alias paper-wan), "
+                   "mapped onto this run's --profile with k = T/T_ref: times and latencies "
+                   "× k, bandwidth × (d/d_ref)/k, which keeps S/(a·T) and b/T")
+    g.add_argument("--transmission-ratio", type=float, default=S, metavar="RHO",
+                   help="constant network with S/(a·T) = RHO (S = 32·d bits, T the profile's "
+                   "compute time); with --latency-ratio, instead of --trace")
+    g.add_argument("--latency-ratio", type=float, default=S, metavar="LAMBDA",
+                   help="constant network with one-way latency b = LAMBDA·T")
     g.add_argument("--trace-loop", action="store_true", default=S,
                    help="loop the trace instead of holding its last row")
     g.add_argument("--target", type=float, default=S,
@@ -162,10 +174,13 @@ def _method_flags(parser: argparse.ArgumentParser, only: str | None) -> None:
 
 def _tasks_and_methods_epilog() -> str:
     from benchmark.methods import method_specs
+    from benchmark.regime import REGIME_ALIASES
     from benchmark.tasks import TASKS
 
     lines = ["tasks:"] + [f"  {n:14s} {cls.description}" for n, cls in sorted(TASKS.items())]
     lines += ["methods:"] + [f"  {n:14s} {s.summary}" for n, s in sorted(method_specs().items())]
+    lines += ["regime aliases (--regime):"] + [f"  {n:18s} {spec}" for n, spec
+                                                in sorted(REGIME_ALIASES.items())]
     return RUN_EPILOG + "\n" + "\n".join(lines)
 
 

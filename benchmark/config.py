@@ -25,7 +25,16 @@ class RunConfig(BaseModel):
     task: str = Field(description="task name, e.g. cnn-fmnist")
     method: str = Field(description="method name, e.g. deco-sgd")
     workers: int = Field(4, ge=1, le=1024, description="number of workers n")
-    trace: str = Field(description="trace CSV path or bundled trace name")
+    trace: str | None = Field(None, description="trace CSV path or bundled trace name "
+                              "(the network as the run's own profile sees it)")
+    regime: str | None = Field(None, description="network relative to the task: PROFILE:TRACE "
+                               "(TRACE as the task's PROFILE sees it, mapped onto this run's "
+                               "profile keeping S/(a·T) and b/T) or an alias such as paper-wan")
+    transmission_ratio: float | None = Field(None, gt=0, description="constant network with "
+                                             "S/(a·T) = this (S = 32·d bits); needs "
+                                             "latency_ratio")
+    latency_ratio: float | None = Field(None, ge=0, description="constant network with "
+                                        "b/T = this; needs transmission_ratio")
     trace_loop: bool = Field(False, description="loop the trace instead of holding its last row")
     target: float | None = Field(None, description="accuracy in [0, 1] (classification) or "
                                  "perplexity (language modelling); stop when reached")
@@ -66,6 +75,15 @@ class RunConfig(BaseModel):
     def _check(self) -> RunConfig:
         if self.target is not None and self.target <= 0:
             raise ValueError("target must be positive")
+        if (self.transmission_ratio is None) != (self.latency_ratio is None):
+            raise ValueError("give --transmission-ratio and --latency-ratio together")
+        given = [name for name, value in (("--trace", self.trace), ("--regime", self.regime),
+                                          ("--transmission-ratio", self.transmission_ratio))
+                 if value is not None]
+        if len(given) != 1:
+            raise ValueError("give the network as exactly one of --trace, --regime or "
+                             "--transmission-ratio with --latency-ratio"
+                             + (f" (got {', '.join(given)})" if given else ""))
         return self
 
 

@@ -37,12 +37,13 @@ from benchmark.gradients import WorkerGradients
 from benchmark.methods import MethodContext, MethodOptions, MethodSpec, Observation, get_method_spec
 from benchmark.optimizer import OptimizerConfig
 from benchmark.progress import RunProgress
+from benchmark.regime import NetworkCondition, parse_regime
 from benchmark.rundir import RunDirectory
 from benchmark.sharding import ShardedBatches
 from benchmark.tasks import Task, TaskData, TaskProfile, get_task
-from benchmark.tasks.base import build_seeded_model
+from benchmark.tasks.base import build_seeded_model, parameter_count
 from benchmark.timemodel import EventClock, IterationTiming
-from netem.trace import Trace, load_trace, resolve_trace_path
+from netem.trace import Trace, load_trace, resolve_trace_path, write_trace
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,8 @@ class PreparedRun:
     profile: TaskProfile
     spec: MethodSpec
     options: MethodOptions
-    trace: Trace
-    trace_path: Path
+    condition: NetworkCondition
+    trace_path: Path | None
     out: Path
     max_iters: int
     compute_time_s: float | None
@@ -69,8 +70,14 @@ class PreparedRun:
 
 
 def default_out(config: RunConfig) -> Path:
-    trace = Path(config.trace).stem
-    return Path("runs") / f"{config.task}__{config.method}__{trace}__n{config.workers}__s{config.seed}"
+    if config.trace is not None:
+        network = Path(config.trace).stem
+    elif config.regime is not None:
+        network = config.regime.replace(":", "-").replace("/", "-")
+    else:
+        network = f"rho{config.transmission_ratio:g}-lambda{config.latency_ratio:g}"
+    return (Path("runs") / f"{config.task}__{config.method}__{network}__{config.profile}"
+            f"__n{config.workers}__s{config.seed}")
 
 
 def prepare(config: RunConfig) -> PreparedRun:
@@ -86,8 +93,11 @@ def prepare(config: RunConfig) -> PreparedRun:
             exc, f"invalid option for method {spec.name} (its options: {allowed}): ")) from exc
     if config.target is not None:
         task.validate_target(config.target)
-    trace_path = resolve_trace_path(config.trace)
-    trace = load_trace(trace_path, loop=config.trace_loop)
+    condition, trace_path = network_condition(config, task)
+    compute_time_s = _fixed_compute_time(config, profile)
+    if condition.kind != "trace" and compute_time_s is None:
+        raise DecobenchError(f"{condition.label!r} is relative to the compute time T, so T "
+                             "must be fixed: drop --compute-time measured or give --trace")
     data_root = Path(config.data_root) if config.data_root else None
     download = data_root is None
     variant = task.dataset_variant(config.dataset)
@@ -102,14 +112,36 @@ def prepare(config: RunConfig) -> PreparedRun:
                       else profile.warmup_iters),
         total_iters=config.max_iters or profile.max_iters)
     return PreparedRun(
-        config=config, task=task, profile=profile, spec=spec, options=options, trace=trace,
-        trace_path=trace_path, out=Path(config.out) if config.out else default_out(config),
+        config=config, task=task, profile=profile, spec=spec, options=options,
+        condition=condition, trace_path=trace_path, out=Path(config.out) if config.out else default_out(config),
         max_iters=config.max_iters or profile.max_iters,
-        compute_time_s=_fixed_compute_time(config, profile),
+        compute_time_s=compute_time_s,
         compute_time_source=_compute_time_source(config, profile),
         eval_every=config.eval_every or profile.eval_every,
         batch_size=config.batch_size or profile.batch_size,
         optimizer=optimizer, data_root=data_root, download=download, dataset=variant)
+
+
+def network_condition(config: RunConfig, task: Task) -> tuple[NetworkCondition, Path | None]:
+    """The network as given (trace, regime or ratios), checked before training."""
+    if config.trace is not None:
+        path = resolve_trace_path(config.trace)
+        trace = load_trace(path, loop=config.trace_loop)
+        return NetworkCondition("trace", trace=trace, label=trace.name or path.stem), path
+    if config.regime is not None:
+        reference_name, trace_name = parse_regime(config.regime)
+        reference = task.profile(reference_name)
+        path = resolve_trace_path(trace_name)
+        trace = load_trace(path, loop=config.trace_loop)
+        return NetworkCondition(
+            "regime", trace=trace, reference_profile=reference.name,
+            reference_d=parameter_count(task, reference),
+            reference_compute_s=reference.compute_time_s,
+            label=f"{config.regime} as seen by profile {config.profile}"), path
+    assert config.transmission_ratio is not None and config.latency_ratio is not None
+    return NetworkCondition(
+        "ratios", transmission=config.transmission_ratio, latency=config.latency_ratio,
+        label=f"S/(aT)={config.transmission_ratio:g}, b/T={config.latency_ratio:g}"), None
 
 
 def _fixed_compute_time(config: RunConfig, profile: TaskProfile) -> float | None:
@@ -147,7 +179,8 @@ def versions() -> dict[str, Any]:
             "git_commit": _git_commit(), "platform": platform.platform()}
 
 
-def resolved_config(run: PreparedRun, d: int, data_source: str) -> dict[str, Any]:
+def resolved_config(run: PreparedRun, d: int, data_source: str,
+                    trace: Trace) -> dict[str, Any]:
     """The fully resolved configuration written to ``config.yaml``."""
     config = run.config.model_dump()
     config.update(
@@ -155,7 +188,8 @@ def resolved_config(run: PreparedRun, d: int, data_source: str) -> dict[str, Any
         eval_every=run.eval_every, batch_size=run.batch_size, lr=run.optimizer.lr,
         momentum=run.optimizer.momentum, weight_decay=run.optimizer.weight_decay,
         schedule=run.optimizer.schedule, warmup_iters=run.optimizer.warmup_iters,
-        trace_path=str(run.trace_path), trace_name=run.trace.name or run.trace_path.stem,
+        trace_path=None if run.trace_path is None else str(run.trace_path),
+        trace_name=trace.name, network=run.condition.describe(d, run.compute_time_s),
         dataset=run.dataset,
         data_source=data_source, parameters=d, metric_name=run.task.metric_name,
         compute_time_s=run.compute_time_s, compute_time_source=run.compute_time_source,
@@ -200,8 +234,12 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
                       seed=config.seed, iterations_per_epoch=batches.iterations_per_epoch,
                       max_iters=run.max_iters),
         run.options)
-    clock = EventClock(run.trace, topology=config.topology, workers=config.workers)
-    rundir.write_config(resolved_config(run, layout.d, data.source))
+    trace = run.condition.trace_for(layout.d, run.compute_time_s)
+    clock = EventClock(trace, topology=config.topology, workers=config.workers)
+    rundir.write_config(resolved_config(run, layout.d, data.source, trace))
+    if run.condition.kind != "trace":
+        write_trace(trace, rundir.path / "trace.csv", comment=f"network of this run: "
+                    f"{run.condition.label}")
     rundir.open_metrics()
     outcome = _Outcome()
     in_flight: list[tuple[float, int, Observation]] = []  # (arrive_s, iteration, observation)
@@ -237,7 +275,7 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
                 heapq.heappush(in_flight, (timing.arrive_s, k, _observation(timing)))
                 outcome.bits_sent += step.bits_per_worker
                 outcome.iterations = k + 1
-                row = _iteration_row(k, timing, step, loss, outcome.bits_sent, clock, run.trace)
+                row = _iteration_row(k, timing, step, loss, outcome.bits_sent, clock, trace)
                 last = k + 1 == run.max_iters or (
                     config.max_sim_time is not None and clock.now_s >= config.max_sim_time)
                 if (k + 1) % run.eval_every == 0 or last:
@@ -267,7 +305,7 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
         rundir.abandon_metrics()
         raise
     rundir.close_metrics()
-    summary = _summary(run, outcome, clock, layout.d, time.perf_counter() - wall_start)
+    summary = _summary(run, outcome, clock, layout.d, time.perf_counter() - wall_start, trace)
     rundir.write_summary(summary)
     return summary
 
@@ -300,11 +338,12 @@ def _iteration_row(k: int, timing: IterationTiming, step, loss: float, bits_sent
 
 
 def _summary(run: PreparedRun, outcome: _Outcome, clock: EventClock, d: int,
-             wall_s: float) -> dict[str, Any]:
+             wall_s: float, trace: Trace) -> dict[str, Any]:
     config = run.config
     return {
         "task": config.task, "method": config.method, "workers": config.workers,
-        "trace": run.trace.name or run.trace_path.stem, "trace_path": str(run.trace_path),
+        "trace": trace.name, "trace_path": None if run.trace_path is None else str(run.trace_path),
+        "network": run.condition.kind,
         "seed": config.seed, "target": config.target, "metric_name": run.task.metric_name,
         "reached": outcome.reached, "time_to_target_s": outcome.time_to_target_s,
         "iters_to_target": outcome.iters_to_target, "final_metric": outcome.final_metric,
