@@ -69,7 +69,8 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=S, help="random seed (default 0)")
     g.add_argument("--data-root", default=S, metavar="DIR",
                    help="existing copy of the data set (no download); default: download to "
-                   "~/.cache/decobench/data")
+                   "~/.cache/decobench/data (vit-imagenet: required, ImageNet has no "
+                   "download; see docs/tasks/)")
     g.add_argument("--dataset", default=S, metavar="VARIANT",
                    help="data set variant, for tasks with several (gpt2-wikitext: "
                    "wikitext-2-raw-v1 (default) or wikitext-103-raw-v1)")

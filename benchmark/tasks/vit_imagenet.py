@@ -1,0 +1,306 @@
+"""ViT@ImageNet: a Vision Transformer (timm) trained from scratch on ImageNet-1k, read from a
+local class-per-folder tree (``<root>/train/<wnid>/*.JPEG``, ``<root>/val/<wnid>/*.JPEG``),
+top-1 accuracy on (an evenly spaced subset of) the validation split.
+
+ImageNet does not fit in memory and cannot be downloaded automatically (image-net.org asks
+every user to register and accept its terms), so the images are decoded lazily, batch by
+batch, from the tree the user arranged; ``docs/tasks/vit-imagenet.md`` says how.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import timm
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, create_transform
+from torch import Tensor, nn
+from torchvision.datasets import ImageFolder
+from torchvision.datasets.folder import IMG_EXTENSIONS
+
+from benchmark.errors import DecobenchError
+from benchmark.tasks.base import Task, TaskData, TaskProfile
+
+CROP_PCT = 0.875
+"""Resize the shorter side to ``image_size / 0.875`` (256 for 224), then centre-crop: the
+standard ImageNet evaluation transform (DeiT, Touvron et al. 2021; timm's default crop_pct).
+It is used for training too: no random augmentation, so runs are deterministic."""
+
+SPLITS = ("train", "val")
+
+HOW_TO_GET = (
+    "ImageNet cannot be downloaded automatically: register at https://image-net.org, download "
+    "ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar and ILSVRC2012_devkit_t12.tar.gz into "
+    "one folder, arrange it into <folder>/train/<wnid>/*.JPEG and <folder>/val/<wnid>/*.JPEG "
+    "(e.g. torchvision.datasets.ImageNet('<folder>', split='train') and split='val' do this), "
+    "and pass --data-root <folder> (see docs/tasks/vit-imagenet.md)")
+
+NO_DROPOUT: dict[str, float] = {
+    "drop_rate": 0.0, "pos_drop_rate": 0.0, "patch_drop_rate": 0.0, "proj_drop_rate": 0.0,
+    "attn_drop_rate": 0.0, "drop_path_rate": 0.0}
+"""Every stochastic layer off: a worker's forward pass is a pure function of (x, batch)."""
+
+
+@dataclass(frozen=True)
+class VitSpec:
+    """One model variant (``TaskProfile.model``) and what its data pipeline needs.
+
+    ``arch`` is a timm model name, built with ``pretrained=False`` and ``arch_kwargs``;
+    ``default_classes`` is used when no data has been loaded (e.g. ``parameter_count``):
+    once :meth:`VitImageNet.load_data` ran, the head has one output per class folder.
+    ``eval_images`` caps the validation images evaluated (evenly spaced over the sorted
+    split, so every class is represented); ``eval_batch`` is the evaluation chunk size.
+    """
+
+    arch: str
+    image_size: int
+    default_classes: int
+    eval_images: int
+    eval_batch: int
+    arch_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+MODELS: dict[str, VitSpec] = {
+    # ViT-B/16 (Dosovitskiy et al. 2021): 12 blocks, width 768, 12 heads, 16x16 patches at
+    # 224x224; 86,567,656 parameters with 1000 classes. 10,000 validation images = every 5th
+    # of the 50,000 (10 per class).
+    "vit-b16": VitSpec(arch="vit_base_patch16_224", image_size=224, default_classes=1000,
+                       eval_images=10_000, eval_batch=125),
+    # This project's CPU-sized ViT: 4 blocks, width 96, 3 heads (head width 32), 4x4 patches
+    # at 32x32 (64 patches + a class token, the usual patching of 32-pixel ImageNet
+    # variants); 555,592 parameters with 1000 classes. 2,000 validation images (2 per class
+    # of ImageNet) keep an evaluation within seconds on 2 cores.
+    "vit-mini-32": VitSpec(arch="vit_tiny_patch16_224", image_size=32, default_classes=1000,
+                           eval_images=2_000, eval_batch=500,
+                           arch_kwargs={"img_size": 32, "patch_size": 4, "embed_dim": 96,
+                                        "depth": 4, "num_heads": 3}),
+}
+
+
+def open_rgb(path: str, min_side: int) -> Image.Image:
+    """The image at ``path`` as RGB. JPEGs are decoded at the smallest DCT scale (1, 1/2,
+    1/4 or 1/8) whose both sides are still ``>= min_side`` (PIL's ``draft``): the same
+    pixels the resize would see, up to the decoder's own filtering, and up to 8x faster for
+    32-pixel models. Other formats decode as usual."""
+    with open(path, "rb") as f:
+        image = Image.open(f)
+        image.draft("RGB", (min_side, min_side))
+        return image.convert("RGB")
+
+
+class _FolderWithClasses(ImageFolder):
+    """An ImageFolder whose class indices come from another split (``class_to_idx`` of the
+    training folder), so a validation split lacking some classes keeps the right labels."""
+
+    def __init__(self, root: str, class_to_idx: dict[str, int], **kwargs: Any) -> None:
+        self._fixed_classes = dict(class_to_idx)
+        super().__init__(root, allow_empty=True, **kwargs)
+
+    def find_classes(self, directory: str | Path) -> tuple[list[str], dict[str, int]]:
+        classes = sorted(self._fixed_classes, key=self._fixed_classes.__getitem__)
+        return classes, dict(self._fixed_classes)
+
+
+@dataclass(frozen=True)
+class ImageFolderData(TaskData):
+    """Train and validation ImageFolders, decoded lazily: ``train_batch`` loads only the
+    images of the ``[n, B]`` indices it is given, ``val_batches`` the capped validation
+    subset in chunks."""
+
+    train: ImageFolder
+    val: ImageFolder
+    eval_images: int
+    eval_batch: int
+    source: str
+
+    @property
+    def num_train(self) -> int:
+        return len(self.train)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.train.classes)
+
+    def _load(self, folder: ImageFolder, indices: Sequence[int]) -> tuple[Tensor, Tensor]:
+        images = torch.stack([folder[i][0] for i in indices])
+        return images, torch.tensor([folder.targets[i] for i in indices], dtype=torch.long)
+
+    def train_batch(self, indices: Tensor) -> tuple[Tensor, Tensor]:
+        images, targets = self._load(self.train, indices.reshape(-1).tolist())
+        return (images.view(*indices.shape, *images.shape[1:]), targets.view(indices.shape))
+
+    def eval_indices(self) -> list[int]:
+        """At most ``eval_images`` validation indices, evenly spaced over the split (which
+        ImageFolder sorts by class), so every class is represented."""
+        total = len(self.val)
+        count = min(total, self.eval_images)
+        return [i * total // count for i in range(count)]
+
+    def val_batches(self) -> Iterator[tuple[Tensor, Tensor]]:
+        indices = self.eval_indices()
+        for start in range(0, len(indices), self.eval_batch):
+            yield self._load(self.val, indices[start: start + self.eval_batch])
+
+
+class VitImageNet(Task):
+    name = "vit-imagenet"
+    description = ("ViT-B/16 (timm, 86.6M parameters, from scratch) on ImageNet-1k from a "
+                   "class-per-folder tree, top-1 accuracy")
+    metric_name = "accuracy"
+    higher_is_better = True
+    vectorise = True
+    """timm's Attention is switched to its explicit (non-fused) path in :meth:`build_model`:
+    matmul + softmax have vmap batching rules on every device, while the fused CPU kernel
+    ``_scaled_dot_product_flash_attention_for_cpu`` has none (vmap falls back to a slow
+    per-sample loop and warns). Per-worker gradients match the per-worker loop to 1e-6."""
+    profiles = {
+        "paper": TaskProfile(
+            name="paper", model="vit-b16", batch_size=128, lr=0.03, momentum=0.9,
+            schedule="warmup", warmup_iters=500, eval_every=1000, max_iters=100_000,
+            compute_time_s=0.327,
+            compute_time_source=(
+                "timm's published training benchmark of vit_base_patch16_224 on one NVIDIA "
+                "RTX 3090 with AMP (huggingface/pytorch-image-models, results/benchmark-train-"
+                "amp-nchw-pt112-cu113-rtx3090.csv: 390.86 images/s, 490.4 ms per step of 192): "
+                "2.558 ms per image x 128 images per worker = 0.327 s. Cross-check: 17.56 GMAC "
+                "forward per image (patch embedding + 12 x (qkv, attention, projection, MLP)), "
+                "x 2 FLOP/MAC x 3 for forward + backward = 105.4 GFLOP per image, i.e. 41 "
+                "TFLOP/s on the 3090 (58% of its 71 TFLOP/s dense fp16 tensor peak); one A100 "
+                "at 40% of 312 TFLOP/s would take 128 x 105.4 GFLOP / 124.8 TFLOP/s = 0.108 s "
+                "(--compute-time-s 0.108)"),
+        ),
+        "cpu": TaskProfile(
+            name="cpu", model="vit-mini-32", batch_size=32, lr=0.01, momentum=0.9,
+            schedule="warmup", warmup_iters=50, eval_every=100, max_iters=3000,
+            compute_time_s=0.07,
+            compute_time_source=(
+                "measured: median wall time of one forward/backward of vit-mini-32 (1000 "
+                "classes) on a batch of 32 at 32x32, 2 threads on a 2-core AMD EPYC (x86-64) "
+                "CPU, torch 2.15, 2026-11-21: medians of 40 runs 0.068-0.080 s over four "
+                "measurements (other jobs running), fastest single run 0.059 s"),
+        ),
+    }
+
+    def __init__(self) -> None:
+        self.num_classes: int | None = None
+        """Classes of the last data loaded (the head's width); None before any data."""
+
+    def spec(self, profile: TaskProfile) -> VitSpec:
+        if profile.model not in MODELS:
+            raise DecobenchError(f"task {self.name}: profile {profile.name!r} names model "
+                                 f"{profile.model!r}; known models: {', '.join(MODELS)}")
+        return MODELS[profile.model]
+
+    def validate_target(self, target: float) -> None:
+        if not 0.0 <= target <= 1.0:
+            raise DecobenchError(f"--target {target} is not an accuracy; give a value in [0, 1]")
+
+    def check_data(self, data_root: Path | None, download: bool,
+                   variant: str | None = None) -> None:
+        if data_root is None:
+            raise DecobenchError(f"task {self.name} needs --data-root: {HOW_TO_GET}")
+        root = Path(data_root)
+        classes: dict[str, list[str]] = {}
+        for split in SPLITS:
+            folder = root / split
+            if not folder.is_dir():
+                raise DecobenchError(f"--data-root {root}: no {split}/ folder of class "
+                                     f"folders at {folder}; {HOW_TO_GET}")
+            names = sorted(e.name for e in os.scandir(folder) if e.is_dir())
+            empty = [n for n in names if not _has_image(folder / n)]
+            if not names or (split == "train" and empty):
+                what = (f"class folders without images ({', '.join(empty[:3])}"
+                        f"{', ...' if len(empty) > 3 else ''})" if names else
+                        "no class folders")
+                raise DecobenchError(f"--data-root {root}: {folder} has {what}; expected "
+                                     f"{folder}/<wnid>/*.JPEG; {HOW_TO_GET}")
+            if len(empty) == len(names):
+                raise DecobenchError(f"--data-root {root}: {folder} has no images; expected "
+                                     f"{folder}/<wnid>/*.JPEG; {HOW_TO_GET}")
+            classes[split] = names
+        unknown = sorted(set(classes["val"]) - set(classes["train"]))
+        if unknown:
+            raise DecobenchError(
+                f"--data-root {root}: val/ has class folders that train/ lacks "
+                f"({', '.join(unknown[:3])}{', ...' if len(unknown) > 3 else ''}); both splits "
+                "must use the same class folder names (ImageNet: the wnids)")
+
+    def load_data(self, data_root: Path | None, download: bool, profile: TaskProfile,
+                  variant: str | None = None) -> TaskData:
+        self.check_data(data_root, download, variant)
+        assert data_root is not None
+        spec = self.spec(profile)
+        root = Path(data_root)
+        resize = int(spec.image_size / CROP_PCT)
+        options: dict[str, Any] = {
+            "transform": create_transform(spec.image_size, is_training=False,
+                                          interpolation="bicubic", crop_pct=CROP_PCT,
+                                          mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD),
+            "loader": partial(open_rgb, min_side=resize)}
+        train = ImageFolder(str(root / "train"), **options)
+        val = _FolderWithClasses(str(root / "val"), train.class_to_idx, **options)
+        self.num_classes = len(train.classes)
+        return ImageFolderData(train=train, val=val, eval_images=spec.eval_images,
+                               eval_batch=spec.eval_batch, source=str(root))
+
+    def build_model(self, profile: TaskProfile) -> nn.Module:
+        spec = self.spec(profile)
+        model = timm.create_model(spec.arch, pretrained=False,
+                                  num_classes=self.num_classes or spec.default_classes,
+                                  **spec.arch_kwargs, **NO_DROPOUT)
+        for module in model.modules():
+            if hasattr(module, "fused_attn"):
+                module.fused_attn = False   # see ``vectorise``
+        return model
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return F.cross_entropy(outputs, targets)
+
+    @torch.no_grad()
+    def evaluate(self, forward: Callable[[Tensor], Tensor], data: TaskData) -> float:
+        assert isinstance(data, ImageFolderData)
+        correct = total = 0
+        for inputs, targets in data.val_batches():
+            correct += int((forward(inputs).argmax(dim=1) == targets).sum())
+            total += len(targets)
+        return correct / total
+
+
+def _has_image(folder: Path) -> bool:
+    return any(e.is_file() and e.name.lower().endswith(IMG_EXTENSIONS)
+               for e in os.scandir(folder))
+
+
+def write_image_folder(root: Path, images: Tensor, labels: Tensor, classes: Sequence[str],
+                       ext: str = "png") -> None:
+    """Write uint8 ``images`` (``[N, H, W]`` grey or ``[N, H, W, 3]`` RGB) as RGB files
+    ``root/<classes[label]>/<i:06d>.<ext>``: one split of an ImageFolder tree (a class
+    folder exists only when it holds an image)."""
+    for i, (image, label) in enumerate(zip(images, labels.tolist(), strict=True)):
+        folder = Path(root) / classes[label]
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(image.numpy()).convert("RGB").save(folder / f"{i:06d}.{ext}")
+
+
+def write_fashion_mnist_standin(fmnist_root: Path, out: Path, limit: int | None = None) -> Path:
+    """A STAND-IN ImageFolder tree for offline demonstrations of this task: the real
+    Fashion-MNIST images of ``fmnist_root`` (e.g. ../shared/data/fashion-mnist-mini) written
+    as PNGs, its train split to ``out/train`` and its test split to ``out/val``, one folder
+    per class (``0-t-shirt-top``, ``1-trouser``, ...). It is not ImageNet: accuracies on it
+    say nothing about ViT@ImageNet. ``limit`` keeps the first images of each split."""
+    from torchvision.datasets import FashionMNIST
+
+    for split, train in (("train", True), ("val", False)):
+        data = FashionMNIST(str(fmnist_root), train=train, download=False)
+        classes = [f"{i}-" + re.sub(r"[^a-z0-9]+", "-", c.lower()).strip("-")
+                   for i, c in enumerate(data.classes)]
+        write_image_folder(Path(out) / split, data.data[:limit], data.targets[:limit], classes)
+    return Path(out)
