@@ -152,7 +152,7 @@ class Gpt2WikiText(Task):
     dataset_variants = ("wikitext-2-raw-v1", "wikitext-103-raw-v1")
     profiles = {
         "paper": TaskProfile(
-            name="paper", model="gpt2-small", batch_size=12, lr=0.1, eval_every=100,
+            name="paper", model="gpt2-small", batch_size=12, lr=0.05, eval_every=100,
             max_iters=10000,
             compute_time_s=0.079,
             compute_time_source=(
@@ -164,9 +164,13 @@ class Gpt2WikiText(Task):
                 "T = 9.87e12 / (0.40 x 312e12) = 0.079 s"),
         ),
         "cpu": TaskProfile(
-            name="cpu", model="gpt2-tiny", batch_size=4, lr=0.1, eval_every=50, max_iters=1000,
-            compute_time_s=0.05,
-            compute_time_source="measured: placeholder",
+            name="cpu", model="gpt2-tiny", batch_size=4, lr=0.05, eval_every=50, max_iters=2000,
+            compute_time_s=0.035,
+            compute_time_source=(
+                "measured: one forward/backward of gpt2-tiny at batch 4 x 128 tokens, "
+                "median of 30 passes after 5 warm-up passes = 0.033-0.038 s over three "
+                "runs (min 0.028 s) on a 2-core AMD EPYC VM, torch 2.15.0 (CPU, 2 threads), "
+                "2026-11-21; up to 10x slower while other jobs shared the cores"),
         ),
     }
 
