@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.errors import DecobenchError
@@ -130,6 +131,21 @@ class Task(ABC):
     @abstractmethod
     def evaluate(self, forward: Callable[[Tensor], Tensor], data: TaskData) -> float:
         """The metric of the model ``forward`` on the test split."""
+
+
+class ClassificationTask(Task):
+    """A task scored by top-1 accuracy on a cross-entropy loss: the target is an accuracy
+    in [0, 1]."""
+
+    metric_name = "accuracy"
+    higher_is_better = True
+
+    def validate_target(self, target: float) -> None:
+        if not 0.0 <= target <= 1.0:
+            raise DecobenchError(f"--target {target} is not an accuracy; give a value in [0, 1]")
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return F.cross_entropy(outputs, targets)
 
 
 def parameter_count(task: Task, profile: TaskProfile) -> int:

@@ -20,12 +20,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torchvision.datasets import CIFAR10
 
 from benchmark.errors import DecobenchError
-from benchmark.tasks.base import Task, TaskData, TaskProfile
+from benchmark.tasks.base import ClassificationTask, TaskData, TaskProfile
 from benchmark.tasks.cnn_fmnist import PaperCNN, classification_accuracy, default_data_root
 
 BASE_FOLDER = CIFAR10.base_folder                     # "cifar-10-batches-py"
@@ -201,11 +200,9 @@ def write_cifar_format(root: Path, train_images: Tensor, train_labels: Tensor,
     return folder
 
 
-class CnnCifar10(Task):
+class CnnCifar10(ClassificationTask):
     name = "cnn-cifar10"
     description = "paper CNN (2 conv + 2 FC, 579k parameters) on CIFAR-10, top-1 accuracy"
-    metric_name = "accuracy"
-    higher_is_better = True
     profiles = {
         "paper": TaskProfile(
             name="paper", batch_size=32, lr=0.03, eval_every=50, max_iters=10000,
@@ -231,10 +228,6 @@ class CnnCifar10(Task):
                 "measured on the idle machine = 24 ms"),
         ),
     }
-
-    def validate_target(self, target: float) -> None:
-        if not 0.0 <= target <= 1.0:
-            raise DecobenchError(f"--target {target} is not an accuracy; give a value in [0, 1]")
 
     def check_data(self, data_root: Path | None, download: bool,
                    variant: str | None = None) -> None:
@@ -265,9 +258,6 @@ class CnnCifar10(Task):
 
     def build_model(self, profile: TaskProfile) -> nn.Module:
         return PaperCNN(in_channels=3, image_size=32)
-
-    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
-        return F.cross_entropy(outputs, targets)
 
     @torch.no_grad()
     def evaluate(self, forward: Callable[[Tensor], Tensor], data: TaskData) -> float:

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.errors import DecobenchError
-from benchmark.tasks.base import Task, TaskData, TaskProfile, TensorData
+from benchmark.tasks.base import ClassificationTask, TaskData, TaskProfile, TensorData
 
 FMNIST_MEAN, FMNIST_STD = 0.2860, 0.3530
 RAW_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
@@ -50,11 +50,9 @@ def classification_accuracy(forward: Callable[[Tensor], Tensor], inputs: Tensor,
     return correct / len(inputs)
 
 
-class CnnFashionMnist(Task):
+class CnnFashionMnist(ClassificationTask):
     name = "cnn-fmnist"
     description = "paper CNN (2 conv + 2 FC, 455k parameters) on Fashion-MNIST, top-1 accuracy"
-    metric_name = "accuracy"
-    higher_is_better = True
     profiles = {
         "paper": TaskProfile(
             name="paper", batch_size=32, lr=0.03, eval_every=20, max_iters=5000,
@@ -76,10 +74,6 @@ class CnnFashionMnist(Task):
                 "it in the paper profile's network regime"),
         ),
     }
-
-    def validate_target(self, target: float) -> None:
-        if not 0.0 <= target <= 1.0:
-            raise DecobenchError(f"--target {target} is not an accuracy; give a value in [0, 1]")
 
     def check_data(self, data_root: Path | None, download: bool,
                    variant: str | None = None) -> None:
@@ -110,9 +104,6 @@ class CnnFashionMnist(Task):
 
     def build_model(self, profile: TaskProfile) -> nn.Module:
         return PaperCNN()
-
-    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
-        return F.cross_entropy(outputs, targets)
 
     @torch.no_grad()
     def evaluate(self, forward: Callable[[Tensor], Tensor], data: TaskData) -> float:

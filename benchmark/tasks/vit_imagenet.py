@@ -19,7 +19,6 @@ from typing import Any
 
 import timm
 import torch
-import torch.nn.functional as F
 from PIL import Image
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, create_transform
 from torch import Tensor, nn
@@ -27,7 +26,7 @@ from torchvision.datasets import ImageFolder
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from benchmark.errors import DecobenchError
-from benchmark.tasks.base import Task, TaskData, TaskProfile
+from benchmark.tasks.base import ClassificationTask, TaskData, TaskProfile
 
 CROP_PCT = 0.875
 """Resize the shorter side to ``image_size / 0.875`` (256 for 224), then centre-crop: the
@@ -150,12 +149,10 @@ class ImageFolderData(TaskData):
             yield self._load(self.val, indices[start: start + self.eval_batch])
 
 
-class VitImageNet(Task):
+class VitImageNet(ClassificationTask):
     name = "vit-imagenet"
     description = ("ViT-B/16 (timm, 86.6M parameters, from scratch) on ImageNet-1k from a "
                    "class-per-folder tree, top-1 accuracy")
-    metric_name = "accuracy"
-    higher_is_better = True
     vectorise = True
     """timm's Attention is switched to its explicit (non-fused) path in :meth:`build_model`:
     matmul + softmax have vmap batching rules on every device, while the fused CPU kernel
@@ -198,10 +195,6 @@ class VitImageNet(Task):
             raise DecobenchError(f"task {self.name}: profile {profile.name!r} names model "
                                  f"{profile.model!r}; known models: {', '.join(MODELS)}")
         return MODELS[profile.model]
-
-    def validate_target(self, target: float) -> None:
-        if not 0.0 <= target <= 1.0:
-            raise DecobenchError(f"--target {target} is not an accuracy; give a value in [0, 1]")
 
     def check_data(self, data_root: Path | None, download: bool,
                    variant: str | None = None) -> None:
@@ -260,9 +253,6 @@ class VitImageNet(Task):
             if hasattr(module, "fused_attn"):
                 module.fused_attn = False   # see ``vectorise``
         return model
-
-    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
-        return F.cross_entropy(outputs, targets)
 
     @torch.no_grad()
     def evaluate(self, forward: Callable[[Tensor], Tensor], data: TaskData) -> float:
