@@ -102,6 +102,10 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
                    help="iterations of linear learning-rate warm-up")
     g.add_argument("--log-every", type=int, default=S, help="metrics row every k iterations "
                    "(default 1)")
+    g.add_argument("--label", default=S, help="name of this method variant in reports and "
+                   "W&B (default: the method name), e.g. deco-sgd-F25")
+    g.add_argument("--condition", default=S, help="name of the network condition in reports "
+                   "and W&B (default: the trace's file stem, the regime or the ratios)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

@@ -69,6 +69,12 @@ class RunConfig(BaseModel):
         None, description="learning-rate schedule (default: the profile's)")
     warmup_iters: int | None = Field(None, ge=0, description="linear warm-up iterations")
     log_every: int = Field(1, ge=1, description="write a metrics row every k iterations")
+    label: str | None = Field(None, min_length=1, description="display name of this method "
+                              "variant in reports (default: the method name), e.g. deco-sgd-F25")
+    condition: str | None = Field(None, min_length=1, description="name of the network "
+                                  "condition in reports (default: the trace, regime or ratios)")
+    suite: str | None = Field(None, min_length=1, description="suite this run belongs to "
+                              "(set by decobench sweep; names the W&B project)")
     method_options: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -22,6 +22,7 @@ import math
 import platform
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,11 @@ from benchmark.sharding import ShardedBatches
 from benchmark.tasks import Task, TaskData, TaskProfile, get_task
 from benchmark.tasks.base import build_seeded_model, parameter_count
 from benchmark.timemodel import EventClock, IterationTiming
+from benchmark.tracking import NullTracker, RunTracker
 from netem.trace import Trace, load_trace, resolve_trace_path, write_trace
+
+TrackerFactory = Callable[[dict[str, Any], Path], RunTracker]
+"""Opens a run's tracker from its resolved configuration and run directory."""
 
 
 @dataclass(frozen=True)
@@ -69,14 +74,19 @@ class PreparedRun:
     dataset: str | None
 
 
-def default_out(config: RunConfig) -> Path:
+def condition_name(config: RunConfig) -> str:
+    """The network condition's default name: the trace's file stem, the regime, or the
+    ratios (``rho4.6-lambda1``)."""
     if config.trace is not None:
-        network = Path(config.trace).stem
-    elif config.regime is not None:
-        network = config.regime.replace(":", "-").replace("/", "-")
-    else:
-        network = f"rho{config.transmission_ratio:g}-lambda{config.latency_ratio:g}"
-    return (Path("runs") / f"{config.task}__{config.method}__{network}__{config.profile}"
+        return Path(config.trace).stem
+    if config.regime is not None:
+        return config.regime.replace(":", "-").replace("/", "-")
+    return f"rho{config.transmission_ratio:g}-lambda{config.latency_ratio:g}"
+
+
+def default_out(config: RunConfig) -> Path:
+    return (Path("runs") / f"{config.task}__{config.label or config.method}__"
+            f"{config.condition or condition_name(config)}__{config.profile}"
             f"__n{config.workers}__s{config.seed}")
 
 
@@ -184,7 +194,7 @@ def resolved_config(run: PreparedRun, d: int, data_source: str,
     """The fully resolved configuration written to ``config.yaml``."""
     config = run.config.model_dump()
     config.update(
-        method_options=run.options.model_dump(), out=str(run.out), max_iters=run.max_iters,
+        method_options=run.options.model_dump(), out=run.config.out or str(run.out), max_iters=run.max_iters,
         eval_every=run.eval_every, batch_size=run.batch_size, lr=run.optimizer.lr,
         momentum=run.optimizer.momentum, weight_decay=run.optimizer.weight_decay,
         schedule=run.optimizer.schedule, warmup_iters=run.optimizer.warmup_iters,
@@ -217,8 +227,13 @@ class _Outcome:
     evaluations: list[tuple[int, float]] = field(default_factory=list)
 
 
-def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = True) -> dict[str, Any]:
-    """Train and write the run directory; returns the summary."""
+def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = True,
+            tracker_factory: TrackerFactory | None = None) -> dict[str, Any]:
+    """Train and write the run directory; returns the summary.
+
+    ``tracker_factory(resolved_config, run_dir)`` opens a :class:`RunTracker` (e.g. W&B)
+    that receives every metrics row and the summary; default: no tracking.
+    """
     config, task = run.config, run.task
     rundir = RunDirectory(run.out, overwrite=overwrite)
     data = load_task_data(run)
@@ -236,11 +251,18 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
         run.options)
     trace = run.condition.trace_for(layout.d, run.compute_time_s)
     clock = EventClock(trace, topology=config.topology, workers=config.workers)
-    rundir.write_config(resolved_config(run, layout.d, data.source, trace))
+    resolved = resolved_config(run, layout.d, data.source, trace)
+    rundir.write_config(resolved)
     if run.condition.kind != "trace":
         write_trace(trace, rundir.path / "trace.csv", comment=f"network of this run: "
                     f"{run.condition.label}")
     rundir.open_metrics()
+    tracker = tracker_factory(resolved, rundir.path) if tracker_factory else NullTracker()
+
+    def log(row: dict[str, Any]) -> None:
+        rundir.log(row)
+        tracker.log(row)
+
     outcome = _Outcome()
     in_flight: list[tuple[float, int, Observation]] = []  # (arrive_s, iteration, observation)
     wall_start = time.perf_counter()
@@ -264,7 +286,7 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
                 loss = float(losses.mean())
                 if not math.isfinite(loss):
                     outcome.status, outcome.diverged_at_iteration = "diverged", k + 1
-                    rundir.log({"iteration": k + 1, "loss": loss, "diverged": True,
+                    log({"iteration": k + 1, "loss": loss, "diverged": True,
                                 "sim_time_s": clock.now_s,
                                 "wall_time_s": time.perf_counter() - wall_start})
                     break
@@ -291,7 +313,7 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
                         row["target_reached"] = True
                 if (k + 1) % config.log_every == 0 or "metric" in row or last:
                     row["wall_time_s"] = time.perf_counter() - wall_start
-                    rundir.log(row)
+                    log(row)
                 progress.update(k + 1, clock.now_s, outcome.final_metric, step.delta,
                                 step.staleness)
                 if outcome.reached and config.stop_at_target:
@@ -301,11 +323,13 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
                     outcome.status = ("finished" if config.target is None or outcome.reached
                                       else "budget_exhausted")
                     break
-    except BaseException:
+    except BaseException as exc:
         rundir.abandon_metrics()
+        tracker.fail(exc)
         raise
     rundir.close_metrics()
     summary = _summary(run, outcome, clock, layout.d, time.perf_counter() - wall_start, trace)
+    tracker.finish(summary)
     rundir.write_summary(summary)
     return summary
 
@@ -353,6 +377,9 @@ def _summary(run: PreparedRun, outcome: _Outcome, clock: EventClock, d: int,
         "status": outcome.status, "eval_every": run.eval_every, "profile": run.profile.name,
         "compute_time": config.compute_time, "compute_time_s": run.compute_time_s,
         "topology": config.topology, "parameters": d,
+        "label": config.label or config.method,
+        "condition": config.condition or condition_name(config),
+        "suite": config.suite,
         "bubble_s": clock.total_bubble_s, "bubble_fraction": clock.bubble_fraction(),
         "time_basis": "simulated", "wall_time_s": wall_s,
     }
