@@ -107,6 +107,10 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--condition", default=S, help="name of the network condition in reports "
                    "and W&B (default: the trace's file stem, the regime or the ratios)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--no-wandb", action="store_true",
+                   help="do not log to Weights & Biases (default: log offline into the run "
+                   "directory; WANDB_MODE=online to upload, WANDB_MODE=disabled also turns it "
+                   "off; see docs/wandb.md)")
 
 
 def _parse_bool(text: str) -> bool:
@@ -239,8 +243,77 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     report.add_argument("results_dir", metavar="RESULTS_DIR")
     report.set_defaults(func=cmd_report)
 
+    sweep = sub.add_parser(
+        "sweep", help="run a suite of runs in parallel, resumably",
+        description="Run every cell of a suite (tasks × methods × conditions × workers × seeds) "
+        "in parallel worker processes. Finished runs are skipped (a run's identity is the hash "
+        "of its resolved configuration and seed), so a killed sweep resumes where it stopped. "
+        "Every cell is checked before the first one starts.",
+        epilog=_sweep_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    sweep.add_argument("suite", metavar="SUITE", help="suite YAML file, or the name of a shipped "
+                       "suite (see below)")
+    sweep.add_argument("--out", metavar="DIR", help="results folder (default results/SUITE_NAME)")
+    sweep.add_argument("--jobs", "-j", type=int, help="parallel worker processes (default: the "
+                       "number of CPU cores); each uses cores/jobs torch threads")
+    sweep.add_argument("--data-root", action="append", default=[], metavar="TASK=DIR",
+                       help="existing copy of a task's data set (repeatable), e.g. "
+                       "cnn-fmnist=../shared/data/fashion-mnist-mini; tasks without one "
+                       "download their data")
+    sweep.add_argument("--dry-run", action="store_true", help="check the suite and list the "
+                       "runs still to do; run nothing")
+    sweep.add_argument("--no-wandb", action="store_true", help="do not log runs to Weights & "
+                       "Biases (default: offline logs in each run directory)")
+    sweep.add_argument("--no-progress", action="store_true", help="no progress bar (one line "
+                       "per finished run is still printed)")
+    sweep.set_defaults(func=cmd_sweep)
+
     add_trace_parser(sub)
     return parser
+
+
+def _sweep_epilog() -> str:
+    from benchmark.suite import load_suite, shipped_suites
+
+    lines = ["shipped suites:"]
+    for name in shipped_suites():
+        suite, _ = load_suite(name)
+        lines.append(f"  {name:9s} {suite.description.strip().splitlines()[0] if suite.description else ''}")
+        if suite.cost:
+            lines.append(f"  {'':9s} cost: {suite.cost}")
+    lines += ["", "examples:",
+              "  decobench sweep smoke --data-root cnn-fmnist=../shared/data/fashion-mnist-mini",
+              "  decobench sweep my-suite.yaml --out results/mine --jobs 4",
+              "  decobench report results/smoke", "",
+              "Suite file format: docs/suites.md."]
+    return "\n".join(lines)
+
+
+def _parse_data_roots(items: list[str]) -> dict[str, str]:
+    roots: dict[str, str] = {}
+    for item in items:
+        task, sep, folder = item.partition("=")
+        if not sep or not task or not folder:
+            raise DecobenchError(f"--data-root {item!r}: expected TASK=DIR, e.g. "
+                                 "cnn-fmnist=../shared/data/fashion-mnist-mini")
+        roots[task] = folder
+    return roots
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from benchmark.suite import load_suite
+    from benchmark.sweep import sweep
+
+    suite, _ = load_suite(args.suite)
+    out = Path(args.out) if args.out else Path("results") / suite.name
+    plan = sweep(suite, out, jobs=args.jobs, data_roots=_parse_data_roots(args.data_root),
+                 wandb=not args.no_wandb, show_progress=not args.no_progress,
+                 dry_run=args.dry_run)
+    if not args.dry_run:
+        print(f"suite {suite.name}: all {len(plan.cells)} runs finished in {out}; "
+              f"next: decobench report {out}", file=sys.stderr)
+    return 0
 
 
 def _collect_run_values(args: argparse.Namespace) -> dict[str, Any]:
@@ -255,7 +328,7 @@ def _collect_run_values(args: argparse.Namespace) -> dict[str, Any]:
     for name in list(values):
         if name in option_names:
             options[name] = values.pop(name)
-    skip = {"func", "command", "config", "overwrite", "no_progress"}
+    skip = {"func", "command", "config", "overwrite", "no_progress", "no_wandb"}
     for key, value in vars(args).items():
         if key.startswith("method_option__"):
             options[key.removeprefix("method_option__")] = value
@@ -268,10 +341,12 @@ def _collect_run_values(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_run(args: argparse.Namespace) -> int:
     from benchmark.config import build_run_config
     from benchmark.runner import execute, prepare
+    from benchmark.tracking import wandb_tracker_factory
 
     config = build_run_config(_collect_run_values(args))
     run = prepare(config)
-    summary = execute(run, overwrite=args.overwrite, show_progress=not args.no_progress)
+    summary = execute(run, overwrite=args.overwrite, show_progress=not args.no_progress,
+                      tracker_factory=wandb_tracker_factory(not args.no_wandb))
     ttt = summary["time_to_target_s"]
     shown = "not reached" if ttt is None else f"{ttt:.2f} s (iteration {summary['iters_to_target']})"
     print(f"{summary['method']} on {summary['task']}: status {summary['status']}, "

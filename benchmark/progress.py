@@ -38,3 +38,34 @@ class RunProgress:
         status = (f"sim {sim_time_s:9.2f}s  {self.metric_name} {shown}  "
                   f"δ {delta:.4g}  τ {staleness}")
         self._progress.update(self._task, completed=iteration, status=status)
+
+
+class SweepProgress:
+    """Overall progress of a sweep: finished runs out of all (a bar unless disabled), and
+    each run's outcome as a line."""
+
+    def __init__(self, total: int, done: int, enabled: bool = True) -> None:
+        self._console = Console(file=sys.stderr)
+        self._progress = (Progress(TextColumn("[bold]runs"), MofNCompleteColumn(), BarColumn(),
+                                   TimeElapsedColumn(), console=self._console)
+                          if enabled else None)
+        self._total, self._done = total, done
+        self._task = None
+
+    def __enter__(self) -> SweepProgress:
+        if self._progress is not None:
+            self._progress.__enter__()
+            self._task = self._progress.add_task("sweep", total=self._total,
+                                                 completed=self._done)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+
+    def advance(self, name: str, outcome: str) -> None:
+        self._done += 1
+        self._console.print(f"[{self._done}/{self._total}] {name}: {outcome}", highlight=False,
+                            soft_wrap=True, markup=False)
+        if self._progress is not None:
+            self._progress.advance(self._task)

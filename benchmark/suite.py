@@ -1,0 +1,362 @@
+"""Suites: YAML files naming a grid of runs (tasks × methods × network conditions × workers ×
+seeds, with budgets and targets), validated before anything runs.
+
+A suite file::
+
+    name: smoke
+    description: ...
+    cost: about 12 minutes on 2 CPU cores
+    defaults: {profile: cpu}                  # any `decobench run` option, for every cell
+    conditions:                               # named network conditions
+      wan: {trace: wan-200ms-lowbw-varying}
+      table1-100mbps-200ms: {constant: {bandwidth_mbps: 100, latency_ms: 200}}
+      paper-wan: {regime: paper-wan}
+      rho4-lambda1: {transmission_ratio: 4, latency_ratio: 1}
+    experiments:                              # each one is a cartesian product
+      - name: main
+        tasks: [cnn-fmnist]
+        conditions: [wan]
+        methods: [d-sgd, {method: deco-sgd, label: deco-sgd-F25, options: {deco_interval: 25}}]
+        workers: [4]
+        seeds: [0, 1, 2]
+        target: 0.75                          # or per task: {cnn-fmnist: 0.75, gpt2-wikitext: 400}
+        max_iters: 3000                       # budgets, scalar or per task
+        max_sim_time: null
+        options: {eval_every: 20}             # more run options for this experiment
+
+A method entry may also be a grid of static options, ``{method: dd-ef-sgd, grid: {delta:
+[0.01, 0.1], tau: [0, 2]}}``, which expands to one labelled variant per combination
+(``dd-ef-sgd-delta0.01-tau0``, ...).
+
+:func:`load_suite` parses and validates the file (unknown keys, unknown tasks or methods,
+missing traces and non-positive budgets are errors that name the field);
+:func:`expand_cells` turns it into :class:`Cell` s, each a validated :class:`RunConfig`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from benchmark.config import RunConfig, build_run_config
+from benchmark.errors import DecobenchError
+
+SUITES_DIR = Path(__file__).parent / "suites"
+"""Suites shipped with decobench, addressable by name (file stem)."""
+
+IDENTITY_EXCLUDED = ("out", "data_root")
+"""RunConfig fields that do not change what a run computes: left out of its identity."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ConstantNetwork(_Strict):
+    bandwidth_mbps: float = Field(gt=0, description="bandwidth a in Mbit/s")
+    latency_ms: float = Field(ge=0, description="one-way latency b in ms")
+
+
+class ConditionSpec(_Strict):
+    """One named network condition: exactly one of a trace, a regime, the two ratios, or a
+    constant link (written as a one-row trace into the results folder)."""
+
+    trace: str | None = None
+    regime: str | None = None
+    transmission_ratio: float | None = Field(None, gt=0)
+    latency_ratio: float | None = Field(None, ge=0)
+    constant: ConstantNetwork | None = None
+    trace_loop: bool = False
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ConditionSpec:
+        if (self.transmission_ratio is None) != (self.latency_ratio is None):
+            raise ValueError("give transmission_ratio and latency_ratio together")
+        kinds = [k for k in ("trace", "regime", "transmission_ratio", "constant")
+                 if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError("give exactly one of trace, regime, transmission_ratio + "
+                             f"latency_ratio, or constant (got {', '.join(kinds) or 'none'})")
+        return self
+
+
+class MethodEntry(_Strict):
+    """A method variant: a method, its display label and options; or a grid of options."""
+
+    method: str
+    label: str | None = Field(None, min_length=1)
+    options: dict[str, Any] = Field(default_factory=dict)
+    grid: dict[str, list[Any]] | None = None
+
+    @field_validator("grid")
+    @classmethod
+    def _grid_not_empty(cls, grid: dict[str, list[Any]] | None) -> dict[str, list[Any]] | None:
+        if grid is not None and (not grid or any(len(v) == 0 for v in grid.values())):
+            raise ValueError("a grid needs at least one option with at least one value")
+        return grid
+
+    def variants(self) -> list[tuple[str, dict[str, Any]]]:
+        """(label, options) of each variant this entry stands for."""
+        if self.grid is None:
+            return [(self.label or self.method, dict(self.options))]
+        names = list(self.grid)
+        out = []
+        for values in itertools.product(*(self.grid[n] for n in names)):
+            suffix = "-".join(f"{n}{v:g}" if isinstance(v, float) else f"{n}{v}"
+                              for n, v in zip(names, values, strict=True))
+            out.append((f"{self.label or self.method}-{suffix}",
+                        dict(self.options) | dict(zip(names, values, strict=True))))
+        return out
+
+
+PerTask = float | dict[str, float] | None
+
+
+class Experiment(_Strict):
+    """A cartesian product of tasks × conditions × methods × workers × seeds."""
+
+    name: str = Field(min_length=1)
+    tasks: list[str] = Field(min_length=1)
+    conditions: list[str] = Field(min_length=1)
+    methods: list[str | MethodEntry] = Field(min_length=1)
+    workers: list[int] = Field(default_factory=lambda: [4], min_length=1)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    target: PerTask = None
+    max_iters: int | dict[str, int] | None = None
+    max_sim_time: PerTask = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("workers")
+    @classmethod
+    def _workers_positive(cls, workers: list[int]) -> list[int]:
+        if any(w < 1 for w in workers):
+            raise ValueError("workers must be >= 1")
+        return workers
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, seeds: list[int]) -> list[int]:
+        if any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+            raise ValueError("seeds must be distinct integers >= 0")
+        return seeds
+
+    @field_validator("max_iters", "max_sim_time")
+    @classmethod
+    def _budget_positive(cls, value: Any) -> Any:
+        values = value.values() if isinstance(value, dict) else [value]
+        if any(v is not None and v <= 0 for v in values):
+            raise ValueError("a budget must be > 0")
+        return value
+
+    def method_entries(self) -> list[MethodEntry]:
+        return [MethodEntry(method=m) if isinstance(m, str) else m for m in self.methods]
+
+
+class Suite(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    cost: str = Field("", description="what running it costs (time, hardware)")
+    defaults: dict[str, Any] = Field(default_factory=dict)
+    conditions: dict[str, ConditionSpec] = Field(min_length=1)
+    experiments: list[Experiment] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _references(self) -> Suite:
+        labels: dict[str, str] = {}
+        for i, experiment in enumerate(self.experiments):
+            for name in experiment.conditions:
+                if name not in self.conditions:
+                    raise ValueError(f"experiments[{i}].conditions: unknown condition {name!r} "
+                                     f"(defined: {', '.join(self.conditions)})")
+            for entry in experiment.method_entries():
+                for label, _ in entry.variants():
+                    if labels.setdefault(label, entry.method) != entry.method:
+                        raise ValueError(f"experiments[{i}].methods: label {label!r} names "
+                                         f"both {labels[label]} and {entry.method}")
+        return self
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of a suite: its validated config, identity and run-directory name."""
+
+    experiment: str
+    config: RunConfig
+    identity: str
+
+    @property
+    def name(self) -> str:
+        c = self.config
+        return (f"{c.task}__{c.condition}__{c.label}__n{c.workers}__s{c.seed}__"
+                f"{self.identity[:12]}")
+
+    def manifest_entry(self) -> dict[str, Any]:
+        c = self.config
+        return {"id": self.identity[:12], "identity": self.identity,
+                "run_dir": f"runs/{self.name}", "experiment": self.experiment,
+                "task": c.task, "method": c.method, "label": c.label,
+                "condition": c.condition, "workers": c.workers, "seed": c.seed,
+                "profile": c.profile}
+
+
+def resolve_suite_path(name_or_path: str) -> Path:
+    """A suite file path, or the shipped suite of that name (``smoke``, ``paper``, ...)."""
+    path = Path(name_or_path)
+    if path.suffix in {".yaml", ".yml"} or path.exists():
+        if not path.is_file():
+            raise DecobenchError(f"suite file {path} does not exist")
+        return path
+    shipped = SUITES_DIR / f"{name_or_path}.yaml"
+    if not shipped.is_file():
+        raise DecobenchError(f"unknown suite {name_or_path!r}: not a file, and not one of the "
+                             f"shipped suites ({', '.join(shipped_suites())})")
+    return shipped
+
+
+def shipped_suites() -> list[str]:
+    return sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def parse_suite(data: Any, source: str) -> Suite:
+    if not isinstance(data, dict):
+        raise DecobenchError(f"suite {source}: expected a mapping at the top level")
+    try:
+        return Suite(**data)
+    except ValidationError as exc:
+        problems = []
+        for item in exc.errors():
+            loc = tuple(p for p in item["loc"] if not (isinstance(p, str) and p in
+                                                       {"str", "MethodEntry", "float", "int",
+                                                        "dict[str,float]", "dict[str,int]"}))
+            value = item.get("input")
+            shown = (f" (got {value!r})" if value is not None and not isinstance(value, dict)
+                     else "")
+            message = item["msg"].removeprefix("Value error, ")
+            problems.append(f"{_field_path(loc) or 'suite'}: {message}{shown}")
+        raise DecobenchError(f"suite {source}: " + "; ".join(dict.fromkeys(problems))) from exc
+
+
+def load_suite(name_or_path: str) -> tuple[Suite, Path]:
+    path = resolve_suite_path(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise DecobenchError(f"suite {path}: not valid YAML ({exc})") from exc
+    return parse_suite(data, str(path)), path
+
+
+def _per_task(value: Any, task: str, field: str, where: str) -> Any:
+    if not isinstance(value, dict):
+        return value
+    if task not in value:
+        raise DecobenchError(f"{where}.{field}: no value for task {task!r} "
+                             f"(given for {', '.join(value)})")
+    return value[task]
+
+
+def _condition_values(name: str, spec: ConditionSpec, traces_dir: Path) -> dict[str, Any]:
+    if spec.constant is not None:
+        return {"trace": str(traces_dir / f"{name}.csv"), "trace_loop": spec.trace_loop}
+    out = {k: getattr(spec, k) for k in ("trace", "regime", "transmission_ratio",
+                                         "latency_ratio") if getattr(spec, k) is not None}
+    return out | {"trace_loop": spec.trace_loop}
+
+
+def write_constant_traces(suite: Suite, traces_dir: Path) -> None:
+    """Write each ``constant`` condition as a one-row trace CSV (``traces_dir/NAME.csv``)."""
+    from netem.generators import constant
+    from netem.trace import write_trace
+
+    for name, spec in suite.conditions.items():
+        if spec.constant is not None:
+            trace = constant(spec.constant.bandwidth_mbps, spec.constant.latency_ms, name=name)
+            write_trace(trace, traces_dir / f"{name}.csv", comment=f"suite {suite.name}: "
+                        f"condition {name}")
+
+
+def identity(config: RunConfig) -> str:
+    """SHA-256 of the resolved config without paths that do not change the computation
+    (:data:`IDENTITY_EXCLUDED`); a trace file counts by its content, not its path."""
+    from netem.trace import resolve_trace_path
+
+    values = config.model_dump(exclude=set(IDENTITY_EXCLUDED))
+    if config.trace is not None:
+        values["trace"] = hashlib.sha256(resolve_trace_path(config.trace).read_bytes()).hexdigest()
+    blob = json.dumps(values, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def expand_cells(suite: Suite, traces_dir: Path,
+                 data_roots: dict[str, str] | None = None) -> list[Cell]:
+    """Every run of the suite as a validated :class:`RunConfig` (in file order). Traces of
+    ``constant`` conditions must already be written to ``traces_dir``."""
+    from benchmark.methods import get_method_spec
+    from benchmark.tasks import get_task
+    from netem.trace import load_trace, resolve_trace_path
+
+    data_roots = data_roots or {}
+    for name, spec in suite.conditions.items():
+        if spec.trace is not None:
+            try:
+                load_trace(resolve_trace_path(spec.trace))
+            except DecobenchError as exc:
+                raise DecobenchError(f"suite {suite.name}: conditions.{name}.trace: "
+                                     f"{exc}") from exc
+    cells: list[Cell] = []
+    seen: dict[str, str] = {}
+    for i, experiment in enumerate(suite.experiments):
+        where = f"experiments[{i}] ({experiment.name})"
+        for t, task in enumerate(experiment.tasks):
+            try:
+                get_task(task)
+            except DecobenchError as exc:
+                raise DecobenchError(f"suite {suite.name}: experiments[{i}].tasks[{t}]: "
+                                     f"{exc}") from exc
+        entries = experiment.method_entries()
+        for m, entry in enumerate(entries):
+            try:
+                get_method_spec(entry.method)
+            except DecobenchError as exc:
+                raise DecobenchError(f"suite {suite.name}: experiments[{i}].methods[{m}]: "
+                                     f"{exc}") from exc
+        for task, condition, entry, workers, seed in itertools.product(
+                experiment.tasks, experiment.conditions, entries, experiment.workers,
+                experiment.seeds):
+            for label, options in entry.variants():
+                values = (dict(suite.defaults) | dict(experiment.options)
+                          | _condition_values(condition, suite.conditions[condition], traces_dir)
+                          | {"task": task, "method": entry.method, "label": label,
+                             "condition": condition, "suite": suite.name, "workers": workers,
+                             "seed": seed, "method_options": options})
+                for field in ("target", "max_iters", "max_sim_time"):
+                    value = _per_task(getattr(experiment, field), task, field, where)
+                    if value is not None:
+                        values[field] = value
+                if task in data_roots:
+                    values["data_root"] = data_roots[task]
+                try:
+                    config = build_run_config(values)
+                except DecobenchError as exc:
+                    raise DecobenchError(f"suite {suite.name}: {where}, task {task}, condition "
+                                         f"{condition}, method {label}: {exc}") from exc
+                cell = Cell(experiment.name, config, identity(config))
+                if cell.identity in seen:
+                    raise DecobenchError(f"suite {suite.name}: {where} repeats the run "
+                                         f"{seen[cell.identity]} (same configuration and seed)")
+                seen[cell.identity] = cell.name
+                cells.append(cell)
+    return cells

@@ -1,0 +1,219 @@
+"""``decobench sweep``: run a suite's cells in parallel worker processes, resumably.
+
+Layout of the results folder ``DIR``::
+
+    DIR/suite.yaml        the suite as run (resolved, for the record)
+    DIR/manifest.json     every cell: id, run_dir, task, method, label, condition, workers, seed
+    DIR/traces/           one-row traces of the suite's ``constant`` conditions
+    DIR/runs/NAME/        one complete run directory per finished cell
+    DIR/failures.jsonl    cells that crashed (the report refuses to run while any is missing)
+
+A cell's identity is the SHA-256 of its resolved configuration and seed
+(:func:`benchmark.suite.identity`); its directory name ends with the first 12 hex digits.
+A cell runs in ``runs/.staging-NAME-PID`` and is renamed to ``runs/NAME`` only when it is
+complete, so ``runs/NAME`` exists exactly when the run finished: killing the sweep (or the
+machine) at any moment loses at most the cells in flight, and a rerun skips every finished
+cell and removes the abandoned staging folders. One sweep at a time may use a folder (a lock
+file says so).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+import traceback
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmark.atomicio import write_text_atomic
+from benchmark.errors import DecobenchError
+from benchmark.rundir import SUMMARY
+from benchmark.suite import Cell, Suite, expand_cells, write_constant_traces
+
+STAGING_PREFIX = ".staging-"
+LOCK_FILE = ".sweep.lock"
+MANIFEST = "manifest.json"
+FAILURES = "failures.jsonl"
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A suite resolved against a results folder: which cells exist and which remain."""
+
+    suite: Suite
+    out: Path
+    cells: list[Cell]
+    done: list[Cell]
+    todo: list[Cell]
+
+
+def run_dir(out: Path, cell: Cell) -> Path:
+    return out / "runs" / cell.name
+
+
+def is_done(out: Path, cell: Cell) -> bool:
+    return (run_dir(out, cell) / SUMMARY).is_file()
+
+
+def plan_sweep(suite: Suite, out: Path, data_roots: dict[str, str] | None = None) -> SweepPlan:
+    """Expand and check every cell (:func:`benchmark.runner.prepare`: options, targets,
+    traces, data) before anything runs; a bad cell is an error naming it."""
+    from benchmark.runner import prepare
+
+    write_constant_traces(suite, out / "traces")
+    cells = expand_cells(suite, out / "traces", data_roots)
+    for cell in cells:
+        try:
+            prepare(cell.config)
+        except DecobenchError as exc:
+            raise DecobenchError(f"suite {suite.name}: cell {cell.name} ({cell.experiment}): "
+                                 f"{exc}") from exc
+    done = [c for c in cells if is_done(out, c)]
+    todo = [c for c in cells if not is_done(out, c)]
+    return SweepPlan(suite, out, cells, done, todo)
+
+
+def write_manifest(plan: SweepPlan) -> None:
+    write_text_atomic(plan.out / "suite.yaml",
+                      yaml.safe_dump(plan.suite.model_dump(mode="json"), sort_keys=False))
+    write_text_atomic(plan.out / MANIFEST, json.dumps(
+        {"suite": plan.suite.name, "cells": [c.manifest_entry() for c in plan.cells]},
+        indent=1) + "\n")
+
+
+@contextmanager
+def sweep_lock(out: Path) -> Iterator[None]:
+    """Exclusive use of ``out`` by this sweep (released when the process ends, even killed)."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOCK_FILE, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DecobenchError(f"another decobench sweep is using {out}; wait for it or "
+                                 "choose another --out") from None
+        yield
+
+
+def remove_abandoned_staging(out: Path) -> list[Path]:
+    runs = out / "runs"
+    stale = sorted(runs.glob(STAGING_PREFIX + "*")) if runs.is_dir() else []
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
+
+
+def _init_worker(threads: int) -> None:
+    """Worker set-up: torch threads, and (Linux) die with the sweep process, so killing the
+    sweep leaves no orphan still training."""
+    import torch
+
+    torch.set_num_threads(threads)
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+        if os.getppid() == 1:              # the sweep died before the line above
+            os._exit(1)
+
+
+def run_cell(cell: Cell, out: Path, wandb: bool) -> dict[str, Any]:
+    """Run one cell in a staging folder and publish it by renaming (in a worker process)."""
+    from benchmark.runner import execute, prepare
+    from benchmark.tracking import wandb_tracker_factory
+
+    final = run_dir(out, cell)
+    staging = final.parent / f"{STAGING_PREFIX}{cell.name}-{os.getpid()}"
+    config = cell.config.model_copy(update={"out": str(final)})
+    run = replace(prepare(config), out=staging)
+    summary = execute(run, overwrite=True, show_progress=False,
+                      tracker_factory=wandb_tracker_factory(wandb))
+    try:
+        os.rename(staging, final)
+    except OSError:
+        if not is_done(out, cell):         # not published by another process meanwhile
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
+    return summary
+
+
+def _record_failure(out: Path, cell: Cell, error: str) -> None:
+    with open(out / FAILURES, "a") as handle:
+        handle.write(json.dumps({"id": cell.identity[:12], "run_dir": f"runs/{cell.name}",
+                                 "error": error}) + "\n")
+
+
+def execute_sweep(plan: SweepPlan, jobs: int, wandb: bool = True,
+                  show_progress: bool = True) -> list[tuple[Cell, str]]:
+    """Run the remaining cells with ``jobs`` worker processes; returns the failed cells with
+    their errors. Each worker uses ``max(1, cores // jobs)`` torch threads."""
+    from benchmark.progress import SweepProgress
+
+    failures: list[tuple[Cell, str]] = []
+    if not plan.todo:
+        return failures
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    context = multiprocessing.get_context("spawn")
+    with SweepProgress(total=len(plan.cells), done=len(plan.done), enabled=show_progress) as bar, \
+            ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_init_worker,
+                                initargs=(threads,)) as pool:
+        pending: dict[Future, Cell] = {pool.submit(run_cell, c, plan.out, wandb): c
+                                       for c in plan.todo}
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                cell = pending.pop(future)
+                try:
+                    summary = future.result()
+                except Exception as exc:  # noqa: BLE001 - recorded and reported, sweep goes on
+                    error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                    failures.append((cell, error))
+                    _record_failure(plan.out, cell, error)
+                    bar.advance(cell.name, f"FAILED: {error}")
+                    continue
+                ttt = summary["time_to_target_s"]
+                bar.advance(cell.name, f"{summary['status']}, time to target "
+                            + ("not reached" if ttt is None else f"{ttt:.2f} s"))
+    return failures
+
+
+def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str, str] | None = None,
+          wandb: bool = True, show_progress: bool = True, dry_run: bool = False) -> SweepPlan:
+    """Plan, lock, clean up, write the manifest and run what remains."""
+    jobs = jobs or os.cpu_count() or 1
+    if jobs < 1:
+        raise DecobenchError(f"--jobs must be >= 1, got {jobs}")
+    with sweep_lock(out):
+        plan = plan_sweep(suite, out, data_roots)
+        print(f"suite {suite.name}: {len(plan.cells)} runs, {len(plan.done)} already finished, "
+              f"{len(plan.todo)} to run with {min(jobs, max(1, len(plan.todo)))} worker "
+              f"process(es) -> {out}", file=sys.stderr)
+        if dry_run:
+            for cell in plan.todo:
+                print(f"  would run {cell.name}", file=sys.stderr)
+            return plan
+        write_manifest(plan)
+        stale = remove_abandoned_staging(out)
+        if stale:
+            print(f"removed {len(stale)} unfinished run folder(s) of an interrupted sweep",
+                  file=sys.stderr)
+        (out / FAILURES).unlink(missing_ok=True)
+        failures = execute_sweep(plan, jobs, wandb=wandb, show_progress=show_progress)
+    if failures:
+        lines = "\n".join(f"  {cell.name}: {error}" for cell, error in failures)
+        raise DecobenchError(f"{len(failures)} of {len(plan.todo)} runs failed (see "
+                             f"{out / FAILURES}):\n{lines}")
+    return plan

@@ -1,0 +1,132 @@
+"""Suite files: validation before anything runs (errors name the field), expansion into
+cells, identities."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchmark.errors import DecobenchError
+from benchmark.suite import (
+    expand_cells,
+    identity,
+    load_suite,
+    parse_suite,
+    shipped_suites,
+    write_constant_traces,
+)
+
+BASE = {
+    "name": "t",
+    "conditions": {"wan": {"trace": "wan-200ms-lowbw-varying"},
+                   "flat": {"constant": {"bandwidth_mbps": 50, "latency_ms": 20}}},
+    "experiments": [{"name": "e", "tasks": ["cnn-fmnist"], "conditions": ["wan"],
+                     "methods": ["d-sgd", "deco-sgd"], "seeds": [0, 1], "target": 0.7,
+                     "max_iters": 100}],
+}
+
+
+def _with(**experiment) -> dict:
+    return BASE | {"experiments": [BASE["experiments"][0] | experiment]}
+
+
+def _error(data: dict, tmp_path: Path) -> str:
+    with pytest.raises(DecobenchError) as info:
+        expand_cells(parse_suite(data, "s.yaml"), tmp_path)
+    return str(info.value)
+
+
+def test_unknown_method_names_the_field(tmp_path):
+    message = _error(_with(methods=["d-sgd", "sgd-magic"]), tmp_path)
+    assert "experiments[0].methods[1]" in message and "sgd-magic" in message
+    assert "deco-sgd" in message                      # lists what is available
+
+
+def test_negative_budget_names_the_field(tmp_path):
+    message = _error(_with(max_iters=-5), tmp_path)
+    assert message == "suite s.yaml: experiments[0].max_iters: a budget must be > 0 (got -5)"
+    assert "experiments[0].max_sim_time" in _error(_with(max_sim_time={"cnn-fmnist": 0}),
+                                                   tmp_path)
+
+
+def test_missing_trace_names_the_condition(tmp_path):
+    data = BASE | {"conditions": {"wan": {"trace": "no-such-trace"}}}
+    message = _error(data, tmp_path)
+    assert "conditions.wan.trace" in message and "no-such-trace" in message
+
+
+def test_other_bad_fields(tmp_path):
+    assert "experiments[0].tasks[0]" in _error(_with(tasks=["mnist-typo"]), tmp_path)
+    assert "experiments[0].conditions: unknown condition 'lan'" in _error(
+        _with(conditions=["lan"]), tmp_path)
+    assert "experiments[0].seeds" in _error(_with(seeds=[1, 1]), tmp_path)
+    assert "experiments[0].budget" in _error(_with(budget=3), tmp_path)  # unknown key
+    assert "conditions.wan" in _error(BASE | {"conditions": {"wan": {
+        "trace": "x", "regime": "paper-wan"}}}, tmp_path)
+    assert "no value for task 'cnn-fmnist'" in _error(_with(target={"gpt2-wikitext": 400}),
+                                                      tmp_path)
+    message = _error(_with(target=-1.0), tmp_path)    # a run option, checked by RunConfig
+    assert "method d-sgd" in message
+
+
+def test_expansion_order_labels_and_options(tmp_path):
+    data = _with(methods=["d-sgd", {"method": "deco-sgd", "label": "deco-sgd-F25",
+                                    "options": {"deco_interval": 25}},
+                          {"method": "dd-ef-sgd", "grid": {"delta": [0.1, 1.0], "tau": [0, 2]}}],
+                 conditions=["wan", "flat"], max_iters={"cnn-fmnist": 50})
+    suite = parse_suite(data, "s.yaml")
+    write_constant_traces(suite, tmp_path)
+    cells = expand_cells(suite, tmp_path, data_roots={"cnn-fmnist": "/data/fm"})
+    assert len(cells) == 2 * 6 * 2                    # conditions × variants × seeds
+    labels = list(dict.fromkeys(c.config.label for c in cells))
+    assert labels == ["d-sgd", "deco-sgd-F25", "dd-ef-sgd-delta0.1-tau0",
+                      "dd-ef-sgd-delta0.1-tau2", "dd-ef-sgd-delta1-tau0", "dd-ef-sgd-delta1-tau2"]
+    f25 = next(c for c in cells if c.config.label == "deco-sgd-F25")
+    assert f25.config.method_options == {"deco_interval": 25}
+    assert (f25.config.max_iters, f25.config.target, f25.config.suite) == (50, 0.7, "t")
+    assert f25.config.data_root == "/data/fm"
+    grid = next(c for c in cells if c.config.label == "dd-ef-sgd-delta1-tau2")
+    assert grid.config.method_options == {"delta": 1.0, "tau": 2}
+    flat = next(c for c in cells if c.config.condition == "flat")
+    assert flat.config.trace == str(tmp_path / "flat.csv")
+    assert len({c.identity for c in cells}) == len(cells)
+    assert cells[0].name.startswith("cnn-fmnist__wan__d-sgd__n4__s0__")
+
+
+def test_identity_ignores_paths_but_not_content(tmp_path):
+    suite = parse_suite(BASE, "s.yaml")
+    a = expand_cells(suite, tmp_path, {"cnn-fmnist": "/a"})[0].config
+    b = expand_cells(suite, tmp_path, {"cnn-fmnist": "/b"})[0].config
+    assert identity(a) == identity(b)
+    assert identity(a) != identity(a.model_copy(update={"seed": 5}))
+    assert identity(a) != identity(a.model_copy(update={"max_iters": 101}))
+    copy = tmp_path / "copy.csv"                       # same trace content, other path
+    copy.write_bytes(Path(__import__("netem.trace", fromlist=["x"]).resolve_trace_path(
+        "wan-200ms-lowbw-varying")).read_bytes())
+    assert identity(a) == identity(a.model_copy(update={"trace": str(copy)}))
+
+
+def test_duplicate_cells_are_rejected(tmp_path):
+    data = BASE | {"experiments": BASE["experiments"] * 2}
+    assert "repeats the run" in _error(data, tmp_path)
+
+
+@pytest.mark.parametrize("name", shipped_suites())
+def test_shipped_suites_are_valid(name, tmp_path):
+    suite, path = load_suite(name)
+    assert suite.name == name == path.stem and suite.cost and suite.description
+    write_constant_traces(suite, tmp_path)
+    cells = expand_cells(suite, tmp_path)
+    assert cells and all(c.config.suite == name for c in cells)
+    assert yaml.safe_load(path.read_text())["name"] == name
+
+
+def test_shipped_suite_axes():
+    paper, _ = load_suite("paper")
+    assert {t for e in paper.experiments for t in e.tasks} == {
+        "cnn-fmnist", "cnn-cifar10", "vit-imagenet", "gpt2-wikitext"}
+    assert all(e.seeds == [0, 1, 2] for e in paper.experiments)
+    scaling, _ = load_suite("scaling")
+    assert scaling.experiments[0].workers == [4, 8, 16]
+    theory, _ = load_suite("theory")
+    assert any(m.grid for m in theory.experiments[0].method_entries())
