@@ -1,8 +1,9 @@
 """The ``decobench`` command line (interfaces.md "Command line").
 
-Subcommands: ``run`` (one training run), ``plan`` (DeCo's (δ, τ) for given conditions),
-``trace`` (generate, validate, convert, plot traces), ``report`` (time-to-target table of
-finished runs). Bad input ends with one ``decobench: error: ...`` line and exit status 2.
+Subcommands: ``run`` (one training run), ``sweep`` (a suite of runs, in parallel and
+resumable), ``report`` (tables and figures of finished runs), ``plan`` (DeCo's (δ, τ) for
+given conditions), ``trace`` (generate, validate, convert, plot traces). Bad input ends
+with one ``decobench: error: ...`` line and exit status 2.
 """
 
 from __future__ import annotations
@@ -237,10 +238,19 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     _plan_flags(plan)
     plan.set_defaults(func=cmd_plan)
 
-    report = sub.add_parser("report", help="time-to-target table of the finished runs in a "
-                            "folder", description="Time to target and speed-ups over D-SGD of "
-                            "every finished run under RESULTS_DIR; writes RESULTS_DIR/report.md.")
+    report = sub.add_parser(
+        "report", help="tables and figures of the finished runs in a results folder",
+        description="The report of every finished run under RESULTS_DIR (a sweep's folder or "
+        "any folder of run directories): report.md and report.html (figures embedded), "
+        "tables/*.csv and *.tex, figures/*.png and *.svg; time to target with speed-ups over "
+        "D-SGD and CocktailSGD, time-to-accuracy curves, scaling, adaptivity, theory and a "
+        "per-run table, under MLPerf-style rules (docs/reports.md). With a sweep's "
+        "manifest.json, a missing run is an error. Also logged to W&B as a report run.")
     report.add_argument("results_dir", metavar="RESULTS_DIR")
+    report.add_argument("--out", metavar="DIR", help="write the report here (default: "
+                        "RESULTS_DIR)")
+    report.add_argument("--no-wandb", action="store_true", help="do not log the report to "
+                        "Weights & Biases")
     report.set_defaults(func=cmd_report)
 
     sweep = sub.add_parser(
@@ -402,11 +412,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from reports.speedup import write_report
+    from pathlib import Path
 
-    path, text = write_report(args.results_dir)
-    print(text)
-    print(f"written to {path}", file=sys.stderr)
+    from benchmark.sweep import MANIFEST
+    from benchmark.tracking import log_report, project_name, resolve_mode
+    from reports.build import write_report
+
+    resolve_mode(not args.no_wandb)                 # a bad WANDB_MODE fails before any work
+    output = write_report(args.results_dir, args.out)
+    print(output.markdown.read_text(encoding="utf-8"))
+    manifest = Path(args.results_dir) / MANIFEST
+    suite = json.loads(manifest.read_text())["suite"] if manifest.is_file() else None
+    log_report(Path(args.out or args.results_dir), project=project_name(suite),
+               tables=dict(output.rows),
+        figures=[png for png, _ in output.figures.values()], report_files=output.files,
+        enabled=not args.no_wandb)
+    print(f"report: {output.markdown} and {output.html} ({len(output.csv)} tables, "
+          f"{len(output.figures)} figures)", file=sys.stderr)
     return 0
 
 

@@ -256,8 +256,8 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
     if run.condition.kind != "trace":
         write_trace(trace, rundir.path / "trace.csv", comment=f"network of this run: "
                     f"{run.condition.label}")
-    rundir.open_metrics()
     tracker = tracker_factory(resolved, rundir.path) if tracker_factory else NullTracker()
+    rundir.open_metrics()
 
     def log(row: dict[str, Any]) -> None:
         rundir.log(row)

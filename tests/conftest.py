@@ -14,3 +14,11 @@ def fmnist_root() -> Path:
         pytest.fail(f"offline Fashion-MNIST slice missing at {FMNIST_MINI} "
                     "(the project expects ../shared beside the checkout)")
     return FMNIST_MINI
+
+
+@pytest.fixture(autouse=True)
+def _wandb_off_unless_asked(monkeypatch):
+    """W&B logging is on by default for users; tests turn it off (each run would start a
+    wandb process) except those that set WANDB_MODE=offline themselves to check it."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setenv("WANDB_SILENT", "true")

@@ -1,0 +1,229 @@
+"""``decobench report DIR``: the report of a results folder (docs/reports.md).
+
+:func:`write_report` loads the runs (:mod:`reports.runs`), builds the tables
+(:mod:`reports.tables`, :mod:`reports.theory`) and figures (:mod:`reports.figures`), and
+writes, each file atomically::
+
+    OUT/report.md            OUT/report.html (self-contained: figures embedded)
+    OUT/tables/NAME.csv      OUT/tables/NAME.tex
+    OUT/figures/NAME.png     OUT/figures/NAME.svg
+
+Every number comes from the run directories. The same runs give byte-identical files (no
+dates, no wall-clock times, sorted orders, reproducible figures).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from benchmark.atomicio import write_bytes_atomic, write_text_atomic
+from reports import figures as figs
+from reports import theory
+from reports.render import (
+    Block,
+    Bullets,
+    FigureBlock,
+    Heading,
+    Para,
+    TableBlock,
+    to_csv,
+    to_html,
+    to_latex,
+    to_markdown,
+)
+from reports.runs import Run, RunSet, load_runs
+from reports.speedup import REFERENCES
+from reports.tables import Table, group, runs_table, scaling_table, ttt_table
+
+TITLE = "decobench report"
+
+
+@dataclass(frozen=True)
+class ReportOutput:
+    """What :func:`write_report` wrote; ``rows`` holds each table's rows (display strings
+    under the shown columns plus machine-readable values), e.g. for W&B logging."""
+
+    markdown: Path
+    html: Path
+    csv: Mapping[str, Path]
+    tex: Mapping[str, Path]
+    figures: Mapping[str, tuple[Path, Path]]
+    rows: Mapping[str, list[dict[str, Any]]]
+
+    @property
+    def files(self) -> list[Path]:
+        """Every file written, in a stable order."""
+        out = [self.markdown, self.html]
+        out += [p for name in sorted(self.csv) for p in (self.csv[name], self.tex[name])]
+        return out + [p for name in sorted(self.figures) for p in self.figures[name]]
+
+
+def _distinct(values: Iterable[Any], unit: str = "run") -> str:
+    """One value, or every value with its count when the runs disagree."""
+    counts = Counter("unknown" if v is None or v == "" else str(v) for v in values)
+    if len(counts) == 1:
+        return next(iter(counts))
+    return "; ".join(f"{v} ({n} {unit}{'s' if n != 1 else ''})"
+                     for v, n in sorted(counts.items())) + " (the runs disagree)"
+
+
+def _version(run: Run, key: str) -> Any:
+    versions = run.config.get("versions")
+    return versions.get(key) if isinstance(versions, dict) else None
+
+
+def header(rs: RunSet) -> list[Block]:
+    """Section 1: what was run, with which software, and how time was measured."""
+    runs = rs.runs
+    items = []
+    if rs.suite:
+        items.append(f"suite: {rs.suite}")
+    items.append(f"runs: {len(runs)}" + (" (every cell of manifest.json)" if rs.manifest else
+                                          " (every summary.json below the folder)"))
+    for key in ("decobench", "torch", "torchvision", "python"):
+        items.append(f"{key}: {_distinct(_version(r, key) for r in runs)}")
+    items.append(f"git commit: {_distinct(_version(r, 'git_commit') for r in runs)}")
+    items.append(f"platform: {_distinct(_version(r, 'platform') for r in runs)}")
+    items.append(f"backend: {_distinct(r.summary.get('backend') for r in runs)}")
+    items.append(f"profile: {_distinct(r.summary.get('profile') for r in runs)}")
+    basis = _distinct(r.summary.get("time_basis") for r in runs)
+    items.append(f"times: {basis} seconds (summary time_basis; 'simulated' = the simulated "
+                 "network clock, 'measured' = emulation)")
+    return [Heading(1, TITLE + (f": suite {rs.suite}" if rs.suite else "")), Bullets(tuple(items))]
+
+
+def rules(runs: Sequence[Run]) -> list[Block]:
+    """Section 2: the rules the numbers follow (MLPerf-style)."""
+    seeds = ", ".join(str(s) for s in sorted({r.seed for r in runs}))
+    cadence = "; ".join(f"{task}: E = {_distinct(r.summary.get('eval_every') for r in rs)}"
+                        for task, rs in group(runs, lambda r: r.task).items())
+    cells = group(runs, lambda r: (r.task, r.condition, r.workers, r.label))
+    few = sum(len(rs) < 3 for rs in cells.values())
+    return [Heading(2, "Rules"), Bullets((
+        f"Seeds: a fixed list; the seeds found here are {seeds}.",
+        f"Evaluation every E iterations ({cadence}); evaluation is not charged on the "
+        "simulated clock.",
+        "Time to target (TTT) = metric_time_s (the simulated time the evaluated model existed) "
+        "of the first evaluation meeting the target (accuracy >= target, perplexity <= target).",
+        "Over seeds: median and range [min, max], and the olympic mean (drop the single "
+        "fastest and the single slowest seed, average the rest). With fewer than 3 seeds the "
+        f"olympic mean is the plain mean ({few} of {len(cells)} rows here have fewer than "
+        "3 seeds).",
+        "Runs that did not reach the target (budget exhausted or diverged) are counted, not "
+        "dropped: censored at their budget, i.e. TTT > the simulated time they ran, and slower "
+        "than every seed that reached. A median or mean that involves a censored seed is "
+        "printed '> X', X its lower bound (the statistic with the censored seeds at their "
+        "budgets). Iterations to target are censored the same way at the iterations run.",
+        "Speed-up over B = median TTT(B) / median TTT(method) within the same task, condition "
+        "and workers; '>= X' when B's median is censored (a lower bound), 'n/a (not reached)' "
+        "when the method's median is censored.",
+    ))]
+
+
+def _skip(text: str) -> Para:
+    return Para(f"Skipped: {text}.")
+
+
+def build(rs: RunSet) -> tuple[list[Block], list[Table], list[figs.FigureFile]]:
+    """The document blocks, tables and figures of a run set (nothing written)."""
+    runs = rs.runs
+    palette = figs.colours([r.label for r in runs])
+    tables: list[Table] = []
+    figures: list[figs.FigureFile] = []
+    blocks: list[Block] = header(rs) + rules(runs)
+
+    def add_table(table: Table) -> None:
+        tables.append(table)
+        blocks.append(TableBlock(table))
+
+    def add_figures(items: list[figs.FigureFile]) -> None:
+        for f in items:
+            name, n = f.name, 1
+            while any(g.name == name for g in figures):
+                n += 1
+                name = f"{f.name}-{n}"
+            figures.append(replace(f, name=name))
+            blocks.append(FigureBlock(figures[-1]))
+
+    blocks.append(Heading(2, "Time to target"))
+    present = [b for b in REFERENCES if any(r.label == b for r in runs)]
+    if not present:
+        blocks.append(Para("No d-sgd or cocktail-sgd run here: no speed-up columns."))
+    add_table(ttt_table(runs))
+
+    blocks.append(Heading(2, "Time to accuracy"))
+    curves = figs.time_to_accuracy(runs, palette)
+    if curves:
+        add_figures(curves)
+    else:
+        blocks.append(_skip("no evaluation rows in metrics.jsonl"))
+
+    blocks.append(Heading(2, "Scaling"))
+    scaling = scaling_table(runs)
+    if scaling is None:
+        blocks.append(_skip("no label was run at two or more worker counts"))
+    else:
+        add_table(scaling)
+        add_figures(figs.scaling(scaling, palette))
+
+    blocks.append(Heading(2, "Adaptivity"))
+    adapt = figs.adaptivity(runs, palette)
+    if adapt:
+        blocks.append(Para("DeCo-SGD's δ and τ against the network, lowest seed of each "
+                           "deco-sgd label."))
+        add_figures(adapt)
+    else:
+        blocks.append(_skip("no deco-sgd run with δ/τ in its metrics"))
+
+    blocks.append(Heading(2, "Theory: Φ, the (δ, τ) grid and the oracle"))
+    groups = theory.analyse(runs)
+    if groups:
+        blocks.append(Para("Static DD-EF-SGD runs over a (δ, τ) grid (deco-sgd.md §7): "
+                           "median iterations to target per cell, Spearman's ρ between Φ and "
+                           "those medians (not-reached cells rank as the largest, ties share "
+                           "their average rank), and the oracle, the pair with the lowest "
+                           "median time to target in hindsight, against DeCo's first plan."))
+        add_table(theory.grid_table(groups))
+        add_table(theory.rank_table(groups))
+        add_table(theory.oracle_table(groups))
+        add_figures(figs.theory(groups))
+    else:
+        blocks.append(_skip("no static DD-EF-SGD grid in these runs (dd-ef-sgd at two or "
+                            "more (δ, τ) pairs for one task, condition and workers)"))
+
+    blocks.append(Heading(2, "Every run"))
+    add_table(runs_table(runs))
+    return blocks, tables, figures
+
+
+def write_report(results_dir: str | Path, out_dir: str | Path | None = None) -> ReportOutput:
+    """Write the report of ``results_dir`` into ``out_dir`` (default: ``results_dir``).
+
+    Raises :class:`benchmark.errors.DecobenchError` when the folder has no runs or a cell of
+    its manifest has no finished run.
+    """
+    rs = load_runs(results_dir)
+    out = Path(results_dir if out_dir is None else out_dir)
+    blocks, tables, figures = build(rs)
+    csv_paths, tex_paths, figure_paths = {}, {}, {}
+    for table in tables:
+        csv_paths[table.name] = out / "tables" / f"{table.name}.csv"
+        tex_paths[table.name] = out / "tables" / f"{table.name}.tex"
+        write_text_atomic(csv_paths[table.name], to_csv(table))
+        write_text_atomic(tex_paths[table.name], to_latex(table))
+    for figure in figures:
+        png, svg = out / "figures" / f"{figure.name}.png", out / "figures" / f"{figure.name}.svg"
+        write_bytes_atomic(png, figure.png)
+        write_bytes_atomic(svg, figure.svg)
+        figure_paths[figure.name] = (png, svg)
+    title = TITLE + (f": suite {rs.suite}" if rs.suite else "")
+    markdown, page = out / "report.md", out / "report.html"
+    write_text_atomic(markdown, to_markdown(blocks))
+    write_text_atomic(page, to_html(blocks, title))
+    return ReportOutput(markdown=markdown, html=page, csv=csv_paths, tex=tex_paths,
+                        figures=figure_paths,
+                        rows={t.name: [dict(row) for row in t.rows] for t in tables})

@@ -1,0 +1,279 @@
+"""The report's figures, as reproducible PNG and SVG bytes (docs/reports.md "Figures").
+
+Figures are :class:`matplotlib.figure.Figure` objects (no pyplot state, nothing to close),
+drawn under a fixed ``rc_context`` with ``svg.hashsalt`` set; PNGs are saved without the
+``Software`` tag and SVGs without a date, so the same runs give byte-identical files.
+
+- time to accuracy: per (task, condition, workers), metric against ``metric_time_s`` of the
+  evaluation rows; per label the median across seeds (:func:`reports.stats.step_band`), a
+  min–max band, the target as a dashed line;
+- scaling: median time to target and speed-up over d-sgd against workers;
+- adaptivity: the trace's bandwidth with DeCo's δ (log) and τ (steps) on one time axis;
+- theory: heat map of median iterations over the (δ, τ) grid and Φ against iterations.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import matplotlib
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import MaxNLocator
+
+from netem.trace import TraceError, load_trace
+from reports.runs import TRACE_CSV, Run, as_float
+from reports.stats import step_band
+from reports.tables import D_SGD, Table, group
+from reports.theory import TheoryGroup
+
+RC = {"svg.hashsalt": "decobench-report", "svg.fonttype": "path", "font.size": 8.0,
+      "axes.titlesize": 9.0, "axes.grid": True, "grid.alpha": 0.3, "figure.dpi": 100,
+      "savefig.dpi": 100, "path.simplify": False, "legend.fontsize": 7.0}
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf")
+
+
+@dataclass(frozen=True)
+class FigureFile:
+    """One figure: ``name`` is the file stem under ``figures/``."""
+
+    name: str
+    title: str
+    caption: str
+    png: bytes
+    svg: bytes
+
+
+def slug(*parts: object) -> str:
+    return "__".join(re.sub(r"[^A-Za-z0-9._-]+", "-", str(p)).strip("-") or "x" for p in parts)
+
+
+def render(name: str, title: str, caption: str, size: tuple[float, float],
+           draw: Callable[[Figure], None]) -> FigureFile:
+    """Draw on a fresh Figure under :data:`RC` and save it as PNG and SVG bytes."""
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=size)
+        draw(fig)
+        fig.tight_layout()
+        png, svg = io.BytesIO(), io.BytesIO()
+        fig.savefig(png, format="png", metadata={"Software": None})
+        fig.savefig(svg, format="svg", metadata={"Date": None})
+    return FigureFile(name, title, caption, png.getvalue(), svg.getvalue())
+
+
+def colours(labels: Sequence[str]) -> dict[str, str]:
+    """A fixed colour per label (sorted), the same in every figure of a report."""
+    return {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(sorted(set(labels)))}
+
+
+# ------------------------------------------------------------------------- time to accuracy
+def time_to_accuracy(runs: Sequence[Run], palette: dict[str, str]) -> list[FigureFile]:
+    out = []
+    for (task, condition, workers), rs in group(runs, lambda r: (r.task, r.condition,
+                                                                 r.workers)).items():
+        by_label = group(rs, lambda r: r.label)
+        if not any(r.evaluations() for r in rs):
+            continue
+        targets = sorted({float(t) for r in rs if (t := as_float(r.summary.get("target")))
+                          is not None})
+        metric = rs[0].metric_name
+
+        def draw(fig: Figure, by_label=by_label, targets=targets, metric=metric) -> None:
+            ax = fig.add_subplot()
+            for label, lr in by_label.items():
+                series = [r.evaluations() for r in lr]
+                series = [s for s in series if s]
+                if not series:
+                    continue
+                band = step_band(series)
+                ax.step(band.times, band.median, where="post", color=palette[label],
+                        label=f"{label} (median of {len(series)})")
+                ax.fill_between(band.times, band.low, band.high, step="post", alpha=0.2,
+                                color=palette[label], linewidth=0)
+            for t in targets:
+                ax.axhline(t, linestyle="--", color="black", linewidth=0.8,
+                           label=f"target {t:g}")
+            if metric == "perplexity":
+                ax.set_yscale("log")
+            ax.set_xlabel("simulated time of the evaluated model (s)")
+            ax.set_ylabel(metric)
+            ax.legend(loc="best")
+
+        title = f"Time to {metric}: {task}, {condition}, {workers} workers"
+        out.append(render(slug("tta", task, condition, f"w{workers}"), title,
+                          "Median across seeds (step-wise hold of each seed's last evaluation, "
+                          "within its own span); band: min-max across seeds; dashed: target.",
+                          (6.4, 4.0), draw))
+    return out
+
+
+# -------------------------------------------------------------------------------- scaling
+def scaling(table: Table, palette: dict[str, str]) -> list[FigureFile]:
+    out = []
+    rows_by = group(table.rows, lambda row: (row["task"], row["condition"]))
+    for (task, condition), rows in rows_by.items():
+        def draw(fig: Figure, rows=rows) -> None:
+            left, right = fig.subplots(1, 2)
+            for label, lr in group(rows, lambda row: row["label"]).items():
+                lr = sorted(lr, key=lambda row: row["workers_n"])
+                xs = [row["workers_n"] for row in lr]
+                left.plot(xs, [row["median_ttt_s"] for row in lr], "-", color=palette[label],
+                          label=label)
+                for row in lr:
+                    left.plot(row["workers_n"], row["median_ttt_s"],
+                              "^" if row["median_ttt_censored"] else "o",
+                              color=palette[label], fillstyle=(
+                                  "none" if row["median_ttt_censored"] else "full"))
+                if label == D_SGD:
+                    continue
+                pts = [row for row in lr if row["speedup"] is not None]
+                if pts:
+                    right.plot([row["workers_n"] for row in pts], [row["speedup"] for row in pts],
+                               "-", color=palette[label], label=label)
+                    for row in pts:
+                        bound = row["speedup_kind"] == "lower_bound"
+                        right.plot(row["workers_n"], row["speedup"], "^" if bound else "o",
+                                   color=palette[label], fillstyle="none" if bound else "full")
+            ticks = sorted({row["workers_n"] for row in rows})
+            for ax in (left, right):
+                ax.set_xticks(ticks, [str(t) for t in ticks])
+            left.set_xlabel("workers")
+            left.set_ylabel("median time to target (s)")
+            left.legend(loc="best")
+            right.axhline(1.0, color="black", linewidth=0.8, linestyle=":")
+            right.set_xlabel("workers")
+            right.set_ylabel("speed-up over d-sgd")
+            if right.get_legend_handles_labels()[0]:
+                right.legend(loc="best")
+
+        out.append(render(slug("scaling", task, condition),
+                          f"Scaling: {task}, {condition}", "Open triangles: lower bounds "
+                          "(a median not reached, or d-sgd not reached).", (8.0, 3.4), draw))
+    return out
+
+
+# ----------------------------------------------------------------------------- adaptivity
+def _trace_steps(run: Run, end_s: float) -> tuple[list[float], list[float], str]:
+    """Bandwidth steps (s, Mbit/s) of the run's network and where they came from."""
+    sources = []
+    if (run.path / TRACE_CSV).is_file():
+        sources.append((run.path / TRACE_CSV, f"{run.rel}/{TRACE_CSV}"))
+    if run.summary.get("trace_path"):
+        sources.append((run.summary["trace_path"], f"trace {run.summary.get('trace')}"))
+    for path, where in sources:
+        try:
+            trace = load_trace(path, loop=bool(run.config.get("trace_loop", False)))
+        except (TraceError, OSError):
+            continue
+        rows = trace.rows_until(end_s) if end_s > 0 else trace.rows_until(1.0)
+        xs = [t for t, _, _ in rows] + [max(end_s, rows[-1][0])]
+        ys = [a / 1e6 for _, a, _ in rows]
+        return xs, ys + ys[-1:], where
+    pts = [(float(r["sim_time_s"]), float(r["bandwidth_mbps"])) for r in run.metrics
+           if as_float(r.get("bandwidth_mbps")) is not None
+           and as_float(r.get("sim_time_s")) is not None]
+    return ([t for t, _ in pts], [b for _, b in pts],
+            f"the bandwidth logged in {run.rel}/metrics.jsonl (trace file not readable)")
+
+
+def adaptivity(runs: Sequence[Run], palette: dict[str, str]) -> list[FigureFile]:
+    out = []
+    for (task, condition, workers), rs in group(runs, lambda r: (r.task, r.condition,
+                                                                 r.workers)).items():
+        deco = [min(lr, key=lambda r: (r.seed, r.rel)) for lr in
+                group([r for r in rs if r.method == "deco-sgd"], lambda r: r.label).values()]
+        deco = [r for r in deco if any("delta" in row for row in r.metrics)]
+        if not deco:
+            continue
+        end_s = max(r.sim_time_s for r in deco)
+        xs, ys, where = _trace_steps(deco[0], end_s)
+
+        def draw(fig: Figure, deco=deco, xs=xs, ys=ys) -> None:
+            bw, dl, ta = fig.subplots(3, 1, sharex=True)
+            bw.step(xs, ys, where="post", color="black")
+            bw.set_ylabel("bandwidth (Mbit/s)")
+            for r in deco:
+                rows = [row for row in r.metrics if as_float(row.get("delta")) is not None
+                        and as_float(row.get("sim_time_s")) is not None]
+                t = [float(row["sim_time_s"]) for row in rows]
+                name = f"{r.label} (seed {r.seed})"
+                dl.step(t, [float(row["delta"]) for row in rows], where="post",
+                        color=palette[r.label], label=name)
+                ta.step(t, [float(row["tau"]) for row in rows], where="post",
+                        color=palette[r.label], label=name)
+            dl.set_yscale("log")
+            dl.set_ylabel("δ (compression ratio)")
+            ta.set_ylabel("τ (staleness, iterations)")
+            ta.yaxis.set_major_locator(MaxNLocator(integer=True))
+            ta.set_xlabel("simulated time (s)")
+            dl.legend(loc="best")
+
+        caption = (f"Bandwidth from {where}; δ and τ from metrics.jsonl of "
+                   + ", ".join(f"{r.rel} (seed {r.seed})" for r in deco) + ".")
+        out.append(render(slug("adaptivity", task, condition, f"w{workers}"),
+                          f"Adaptivity: {task}, {condition}, {workers} workers", caption,
+                          (6.4, 5.6), draw))
+    return out
+
+
+# --------------------------------------------------------------------------------- theory
+def theory(groups: Sequence[TheoryGroup]) -> list[FigureFile]:
+    out = []
+    for g in groups:
+        task, condition, workers = g.key
+        deltas = sorted({c.delta for c in g.cells})
+        taus = sorted({c.tau for c in g.cells})
+        phi_name = g.phi_names[0]
+
+        def draw(fig: Figure, g=g, deltas=deltas, taus=taus, phi_name=phi_name) -> None:
+            heat, scatter = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.3, 1.0]})
+            reached = [c.iters.value for c in g.cells if not c.iters.censored]
+            lo, hi = (min(reached), max(reached)) if reached else (0.0, 1.0)
+            grid = [[math.nan] * len(deltas) for _ in taus]
+            for c in g.cells:
+                if not c.iters.censored:
+                    grid[taus.index(c.tau)][deltas.index(c.delta)] = c.iters.value
+            image = heat.imshow(grid, origin="lower", cmap="viridis", aspect="auto",
+                                vmin=lo, vmax=hi if hi > lo else lo + 1)
+            for c in g.cells:
+                x, y = deltas.index(c.delta), taus.index(c.tau)
+                if c.iters.censored:
+                    heat.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, facecolor="lightgrey",
+                                             hatch="//", edgecolor="grey"))
+                text = ("> " if c.iters.censored else "") + f"{c.iters.value:.0f}"
+                heat.text(x, y, text, ha="center", va="center", fontsize=7, color="black",
+                          bbox={"facecolor": "white", "alpha": 0.7, "linewidth": 0})
+                if c is g.oracle:
+                    heat.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False,
+                                             edgecolor="red", linewidth=2))
+            heat.set_xticks(range(len(deltas)), [f"{d:.3g}" for d in deltas])
+            heat.set_yticks(range(len(taus)), [str(t) for t in taus])
+            heat.set_xlabel("δ")
+            heat.set_ylabel("τ")
+            heat.grid(False)
+            fig.colorbar(image, ax=heat, label="median iterations to target")
+            for c in g.cells:
+                phi = c.phi[phi_name]
+                if math.isfinite(phi):
+                    scatter.plot(phi, c.iters.value, "^" if c.iters.censored else "o",
+                                 color="grey" if c.iters.censored else "#1f77b4",
+                                 fillstyle="none" if c.iters.censored else "full")
+            scatter.set_xscale("log")
+            scatter.set_xlabel(f"Φ({phi_name})(δ, τ)")
+            scatter.set_ylabel("median iterations to target")
+
+        rho = g.rho[phi_name]
+        caption = ("Median iterations to target over the static DD-EF-SGD grid; hatched "
+                   "grey: not reached (\"> N\": lower bound); red frame: the oracle (lowest "
+                   f"median time to target). Right: Φ({phi_name}) against the same medians "
+                   "(triangles: lower bounds); Spearman ρ = "
+                   + ("n/a" if rho is None else f"{rho:.3f}") + ".")
+        out.append(render(slug("theory", task, condition, f"w{workers}"),
+                          f"Φ check: {task}, {condition}, {workers} workers", caption,
+                          (8.0, 3.6), draw))
+    return out

@@ -1,0 +1,222 @@
+"""The report's tables as data: time to target (Table 1 analogue), scaling, per run.
+
+A :class:`Table` holds display strings under its ``columns`` (what markdown, HTML and LaTeX
+show) and machine-readable values under its ``extra`` keys (written to the CSV too, and given
+to callers such as W&B logging). Rules implemented here (docs/reports.md):
+
+- one Table 1 row per (task, condition, workers, label); seeds that did not reach the target
+  are censored at their simulated time (:mod:`reports.stats`);
+- speed-up over B = median TTT(B) / median TTT(method) (:func:`reports.speedup.speedup_of`),
+  for B in :data:`reports.speedup.REFERENCES` present in the same (task, condition, workers);
+- scaling: speed-up over d-sgd against the number of workers, for each (task, condition,
+  label) run with at least two worker counts;
+- every run is listed with its status; nothing is dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from reports.runs import Run, as_float
+from reports.speedup import REFERENCES, speedup_of
+from reports.stats import Obs, median, olympic_mean, range_text, value_range
+
+K = TypeVar("K", bound=Hashable)
+
+D_SGD = "d-sgd"
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table: ``columns`` are shown, ``extra`` keys only go to CSV and to callers.
+
+    ``group_by`` columns split the markdown/HTML rendering into one sub-table per group
+    (columns empty throughout a group are left out there).
+    """
+
+    name: str
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[dict[str, Any], ...]
+    extra: tuple[str, ...] = ()
+    group_by: tuple[str, ...] = ()
+    note: str = ""
+
+    @property
+    def csv_columns(self) -> tuple[str, ...]:
+        return self.columns + self.extra
+
+
+def group(runs: Iterable[Run], key: Callable[[Run], K]) -> dict[K, list[Run]]:
+    """Runs by ``key``, keys sorted, runs in their given order."""
+    out: dict[K, list[Run]] = {}
+    for run in runs:
+        out.setdefault(key(run), []).append(run)
+    return {k: out[k] for k in sorted(out, key=_sortable)}
+
+
+def _sortable(key: Any) -> Any:
+    if isinstance(key, tuple):
+        return tuple(_sortable(k) for k in key)
+    return (0, key, "") if isinstance(key, (int, float)) else (1, 0, str(key))
+
+
+def cell_key(run: Run) -> tuple[str, str, int]:
+    """(task, condition, workers): the runs whose times can be compared."""
+    return (run.task, run.condition, run.workers)
+
+
+def fmt_s(obs: Obs) -> str:
+    return obs.text("{:.2f}")
+
+
+def fmt_iters(obs: Obs) -> str:
+    return obs.text("{:.0f}" if float(obs.value).is_integer() else "{:.1f}")
+
+
+def target_text(run: Run) -> str:
+    target = run.summary.get("target")
+    if target is None:
+        return "none"
+    sign = "<=" if run.metric_name == "perplexity" else ">="
+    return f"{run.metric_name} {sign} {target:g}"
+
+
+def status_text(run: Run) -> str:
+    """``finished``, ``budget_exhausted`` or ``diverged at iteration N``."""
+    if run.status == "diverged" or run.summary.get("diverged"):
+        at = run.summary.get("diverged_at_iteration")
+        return f"diverged at iteration {at}" if at is not None else "diverged"
+    return run.status
+
+
+def _joined(values: Iterable[Any]) -> str:
+    return ", ".join(dict.fromkeys(str(v) for v in values))
+
+
+def _misses(runs: Sequence[Run]) -> str:
+    missed = [f"seed {r.seed}: {status_text(r)} (ran {r.sim_time_s:.2f} s)"
+              for r in runs if not r.reached]
+    return "; ".join(missed) if missed else "-"
+
+
+def ttt_stats(runs: Sequence[Run]) -> dict[str, Obs]:
+    """Median, olympic mean, min and max of the runs' times, median iterations."""
+    times = [r.ttt for r in runs]
+    low, high = value_range(times)
+    return {"median": median(times), "olympic": olympic_mean(times), "min": low, "max": high,
+            "iters": median([r.iters for r in runs])}
+
+
+def ttt_table(runs: Sequence[Run]) -> Table:
+    """Table 1 analogue: time to target per (task, condition, workers, label)."""
+    by_label = group(runs, lambda r: (*cell_key(r), r.label))
+    medians = {key: median([r.ttt for r in rs]) for key, rs in by_label.items()}
+    present = [b for b in REFERENCES if any(key[3] == b for key in by_label)]
+    columns = ("task", "condition", "workers", "label", "target", "seeds run", "seeds reached",
+               "median TTT (s)", "range (s)", "olympic mean (s)", "median iterations",
+               "not reached") + tuple(f"speed-up over {b}" for b in present)
+    extra = ("method", "seeds", "eval_every", "median_ttt_s", "median_ttt_censored",
+             "olympic_ttt_s", "olympic_ttt_censored", "min_ttt_s", "min_ttt_censored",
+             "max_ttt_s", "max_ttt_censored", "median_iters", "median_iters_censored")
+    extra += tuple(f"speedup_over_{b}{suffix}" for b in present for suffix in ("", "_kind"))
+    rows = []
+    for key, rs in by_label.items():
+        task, condition, workers, label = key
+        st = ttt_stats(rs)
+        row: dict[str, Any] = {
+            "task": task, "condition": condition, "workers": str(workers), "label": label,
+            "target": _joined(target_text(r) for r in rs), "seeds run": str(len(rs)),
+            "seeds reached": str(sum(r.reached for r in rs)),
+            "median TTT (s)": fmt_s(st["median"]),
+            "range (s)": range_text([r.ttt for r in rs]),
+            "olympic mean (s)": fmt_s(st["olympic"]), "median iterations": fmt_iters(st["iters"]),
+            "not reached": _misses(rs),
+            "method": _joined(r.method for r in rs), "seeds": _joined(r.seed for r in rs),
+            "eval_every": _joined(r.summary.get("eval_every") for r in rs),
+        }
+        for name in ("median", "olympic", "min", "max", "iters"):
+            prefix = "median_iters" if name == "iters" else f"{name}_ttt_s"
+            row[prefix] = st[name].value
+            row[prefix.removesuffix("_s") + "_censored"] = st[name].censored
+        for b in present:
+            base = medians.get((task, condition, workers, b))
+            if base is None:
+                row[f"speed-up over {b}"] = ""
+                row[f"speedup_over_{b}"] = row[f"speedup_over_{b}_kind"] = None
+                continue
+            s = speedup_of(st["median"], base)
+            row[f"speed-up over {b}"] = str(s)
+            row[f"speedup_over_{b}"], row[f"speedup_over_{b}_kind"] = s.value, s.kind
+        rows.append(row)
+    return Table("time_to_target", "Time to target", columns, tuple(rows), extra,
+                 group_by=("task", "condition", "workers"))
+
+
+def scaling_table(runs: Sequence[Run]) -> Table | None:
+    """Speed-up over d-sgd against workers; ``None`` when no label ran at 2+ worker counts."""
+    by_label = group(runs, lambda r: (r.task, r.condition, r.label))
+    cells = group(runs, lambda r: (*cell_key(r), r.label))
+    rows = []
+    for (task, condition, label), rs in by_label.items():
+        workers = sorted({r.workers for r in rs})
+        if len(workers) < 2:
+            continue
+        for w in workers:
+            mine = median([r.ttt for r in cells[(task, condition, w, label)]])
+            base_runs = cells.get((task, condition, w, D_SGD))
+            base = median([r.ttt for r in base_runs]) if base_runs else None
+            s = speedup_of(mine, base) if base else None
+            rows.append({
+                "task": task, "condition": condition, "label": label, "workers": str(w),
+                "seeds": str(len(cells[(task, condition, w, label)])),
+                "median TTT (s)": fmt_s(mine),
+                "d-sgd median TTT (s)": fmt_s(base) if base else "no d-sgd run",
+                "speed-up over d-sgd": str(s) if s else "",
+                "workers_n": w, "median_ttt_s": mine.value, "median_ttt_censored": mine.censored,
+                "speedup": s.value if s else None, "speedup_kind": s.kind if s else None})
+    if not rows:
+        return None
+    return Table("scaling", "Scaling with the number of workers",
+                 ("task", "condition", "label", "workers", "seeds", "median TTT (s)",
+                  "d-sgd median TTT (s)", "speed-up over d-sgd"), tuple(rows),
+                 ("workers_n", "median_ttt_s", "median_ttt_censored", "speedup",
+                  "speedup_kind"), group_by=("task", "condition", "label"))
+
+
+def _num(value: Any, fmt: str) -> str:
+    number = as_float(value)
+    return "n/a" if number is None else fmt.format(number)
+
+
+def runs_table(runs: Sequence[Run]) -> Table:
+    """Every run, with its status (divergence and budget exhaustion shown, never hidden)."""
+    rows = []
+    for r in runs:
+        ttt = as_float(r.summary.get("time_to_target_s"))
+        rows.append({
+            "task": r.task, "condition": r.condition, "workers": str(r.workers),
+            "label": r.label, "seed": str(r.seed), "status": status_text(r),
+            "reached": "yes" if r.reached else "no",
+            "TTT (s)": f"{ttt:.2f}" if r.reached and ttt is not None
+            else f"> {r.sim_time_s:.2f} (not reached)",
+            "iterations": str(r.summary.get("iterations")),
+            "iterations to target": str(r.summary.get("iters_to_target") or "-"),
+            "final metric": _num(r.summary.get("final_metric"), "{:.4f}"),
+            "bits sent / worker": _num(r.summary.get("bits_sent"), "{:.4g}"),
+            "bubble fraction": _num(r.summary.get("bubble_fraction"), "{:.3f}"),
+            "run dir": r.rel,
+            "method": r.method, "status_code": r.status,
+            "diverged_at_iteration": r.summary.get("diverged_at_iteration"),
+            "time_to_target_s": ttt, "sim_time_s": r.sim_time_s,
+            "final_metric": as_float(r.summary.get("final_metric")),
+            "bits_sent": r.summary.get("bits_sent"),
+            "bubble_fraction": as_float(r.summary.get("bubble_fraction"))})
+    return Table("runs", "Every run",
+                 ("task", "condition", "workers", "label", "seed", "status", "reached",
+                  "TTT (s)", "iterations", "iterations to target", "final metric",
+                  "bits sent / worker", "bubble fraction", "run dir"), tuple(rows),
+                 ("method", "status_code", "diverged_at_iteration", "time_to_target_s",
+                  "sim_time_s", "final_metric", "bits_sent", "bubble_fraction"))

@@ -1,0 +1,154 @@
+"""decobench sweep: every cell checked before the first runs, finished cells skipped, and a
+sweep killed twice mid-run resumes to the same results as an uninterrupted one."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchmark.cli import main
+from benchmark.errors import DecobenchError
+from benchmark.rundir import read_summary
+from benchmark.suite import parse_suite
+from benchmark.sweep import MANIFEST, plan_sweep, sweep
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _suite(tmp_path: Path, fmnist_root: Path, **experiment) -> Path:
+    data = {
+        "name": "tiny",
+        "description": "two methods, two seeds, 40 iterations",
+        "defaults": {"batch_size": 16, "eval_every": 20},
+        "conditions": {"wan": {"trace": "wan-200ms-lowbw-varying"}},
+        "experiments": [{"name": "e", "tasks": ["cnn-fmnist"], "conditions": ["wan"],
+                         "methods": ["d-sgd", "deco-sgd"], "workers": [2], "seeds": [0, 1],
+                         "target": 0.5, "max_iters": 40} | experiment],
+    }
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _cli(suite: Path, out: Path, fmnist_root: Path, *extra: str) -> list[str]:
+    return ["sweep", str(suite), "--out", str(out), "--jobs", "1", "--no-wandb",
+            "--no-progress", "--data-root", f"cnn-fmnist={fmnist_root}", *extra]
+
+
+def _results(out: Path) -> dict[str, tuple[dict, list[dict]]]:
+    """Summaries and metrics of every run, without wall-clock fields."""
+    found = {}
+    for run in sorted((out / "runs").iterdir()):
+        summary = read_summary(run)
+        summary.pop("wall_time_s")
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        for row in rows:
+            row.pop("wall_time_s")
+        found[run.name] = (summary, rows)
+    return found
+
+
+def test_bad_cell_stops_the_sweep_before_any_run(tmp_path, fmnist_root, capsys):
+    suite = _suite(tmp_path, fmnist_root, target=1.5)      # not an accuracy
+    out = tmp_path / "out"
+    assert main(_cli(suite, out, fmnist_root)) == 2
+    error = capsys.readouterr().err
+    assert "cell cnn-fmnist__wan__d-sgd__n2__s0__" in error and "--target 1.5" in error
+    assert not (out / "runs").exists() and not (out / MANIFEST).exists()
+
+
+def test_missing_data_set_stops_the_sweep(tmp_path, fmnist_root, capsys):
+    suite = _suite(tmp_path, fmnist_root)
+    assert main(["sweep", str(suite), "--out", str(tmp_path / "o"), "--no-wandb",
+                 "--data-root", f"cnn-fmnist={tmp_path / 'nothing'}"]) == 2
+    assert "nothing" in capsys.readouterr().err
+    assert main(["sweep", str(suite), "--data-root", "cnn-fmnist"]) == 2
+    assert "expected TASK=DIR" in capsys.readouterr().err
+
+
+def test_dry_run_lists_and_runs_nothing(tmp_path, fmnist_root, capsys):
+    out = tmp_path / "out"
+    assert main(_cli(_suite(tmp_path, fmnist_root), out, fmnist_root, "--dry-run")) == 0
+    err = capsys.readouterr().err
+    assert "4 runs, 0 already finished, 4 to run" in err and err.count("would run") == 4
+    assert not (out / "runs").exists()
+
+
+def _kill_when(process: subprocess.Popen, ready) -> None:
+    deadline = time.monotonic() + 300
+    while not ready():
+        assert process.poll() is None, "the sweep ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def test_killed_twice_resumes_to_the_uninterrupted_result(tmp_path, fmnist_root):
+    suite_path = _suite(tmp_path, fmnist_root)
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    assert main(_cli(suite_path, whole, fmnist_root)) == 0
+    manifest = json.loads((whole / MANIFEST).read_text())
+    assert [c["run_dir"] for c in manifest["cells"]] == sorted(
+        f"runs/{p.name}" for p in (whole / "runs").iterdir())
+
+    command = [sys.executable, "-m", "benchmark.cli", *_cli(suite_path, killed, fmnist_root)]
+    runs = killed / "runs"
+
+    def staging() -> list[Path]:
+        return list(runs.glob(".staging-*")) if runs.is_dir() else []
+
+    def finished() -> list[Path]:
+        return [p for p in runs.iterdir() if not p.name.startswith(".")] if runs.is_dir() else []
+
+    # 1: killed while the first run trains (a staging folder holds its partial metrics)
+    first = subprocess.Popen(command, cwd=REPO, stderr=subprocess.DEVNULL)
+    _kill_when(first, lambda: any((s / "metrics.jsonl.partial").exists() for s in staging()))
+    assert finished() == []
+    # 2: killed after one more run was published, while the next one trains
+    second = subprocess.Popen(command, cwd=REPO, stderr=subprocess.DEVNULL)
+    _kill_when(second, lambda: len(finished()) >= 1 and any(
+        (s / "metrics.jsonl.partial").exists() for s in staging()))
+    time.sleep(0.5)                                   # the killed worker must not go on
+    done_after_kills = {p.name for p in finished()}
+    assert 1 <= len(done_after_kills) < 4 and staging()
+    # 3: the rerun removes the abandoned staging folders and finishes the rest
+    assert main(_cli(suite_path, killed, fmnist_root)) == 0
+    assert not staging()
+    assert _results(killed) == _results(whole)
+
+
+def test_finished_runs_are_skipped(tmp_path, fmnist_root, capsys):
+    suite_path = _suite(tmp_path, fmnist_root, methods=["d-sgd"], seeds=[0])
+    out = tmp_path / "out"
+    assert main(_cli(suite_path, out, fmnist_root)) == 0
+    (run,) = (out / "runs").iterdir()
+    stamp = (run / "summary.json").stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(_cli(suite_path, out, fmnist_root)) == 0
+    assert "1 runs, 1 already finished, 0 to run" in capsys.readouterr().err
+    assert (run / "summary.json").stat().st_mtime_ns == stamp
+    # a changed budget is a new identity: a new run next to the old one
+    suite = parse_suite(yaml.safe_load(suite_path.read_text()), "x")
+    changed = suite.model_copy(update={"experiments": [
+        suite.experiments[0].model_copy(update={"max_iters": 20})]})
+    plan = plan_sweep(changed, out, {"cnn-fmnist": str(fmnist_root)})
+    assert len(plan.todo) == 1 and plan.todo[0].name != run.name
+
+
+def test_one_sweep_per_folder(tmp_path, fmnist_root):
+    import fcntl
+
+    suite = parse_suite(yaml.safe_load(_suite(tmp_path, fmnist_root).read_text()), "x")
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(out / ".sweep.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(DecobenchError, match="another decobench sweep"):
+            sweep(suite, out, jobs=1, data_roots={"cnn-fmnist": str(fmnist_root)}, wandb=False)
