@@ -15,8 +15,9 @@ import yaml
 from benchmark.cli import main
 from benchmark.errors import DecobenchError
 from benchmark.rundir import read_summary
-from benchmark.suite import parse_suite
+from benchmark.suite import load_suite, parse_suite
 from benchmark.sweep import MANIFEST, plan_sweep, sweep
+from reports.build import write_report
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -90,8 +91,8 @@ def _kill_when(process: subprocess.Popen, ready) -> None:
     process.wait()
 
 
-def test_killed_twice_resumes_to_the_uninterrupted_result(tmp_path, fmnist_root):
-    suite_path = _suite(tmp_path, fmnist_root)
+def test_killed_twice_resumes_to_the_uninterrupted_result(tmp_path, fmnist_root, capsys):
+    suite_path = _suite(tmp_path, fmnist_root, seeds=[0], max_iters=30, target=0.9)
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     assert main(_cli(suite_path, whole, fmnist_root)) == 0
     manifest = json.loads((whole / MANIFEST).read_text())
@@ -116,30 +117,34 @@ def test_killed_twice_resumes_to_the_uninterrupted_result(tmp_path, fmnist_root)
     _kill_when(second, lambda: len(finished()) >= 1 and any(
         (s / "metrics.jsonl.partial").exists() for s in staging()))
     time.sleep(0.5)                                   # the killed worker must not go on
-    done_after_kills = {p.name for p in finished()}
-    assert 1 <= len(done_after_kills) < 4 and staging()
+    assert len(finished()) == 1 and staging()
     # 3: the rerun removes the abandoned staging folders and finishes the rest
     assert main(_cli(suite_path, killed, fmnist_root)) == 0
     assert not staging()
     assert _results(killed) == _results(whole)
+    assert _report(killed) == _report(whole)
 
-
-def test_finished_runs_are_skipped(tmp_path, fmnist_root, capsys):
-    suite_path = _suite(tmp_path, fmnist_root, methods=["d-sgd"], seeds=[0])
-    out = tmp_path / "out"
-    assert main(_cli(suite_path, out, fmnist_root)) == 0
-    (run,) = (out / "runs").iterdir()
-    stamp = (run / "summary.json").stat().st_mtime_ns
+    # finished runs are skipped: nothing reruns, nothing is rewritten
+    stamps = {p: p.stat().st_mtime_ns for p in (killed / "runs").glob("*/summary.json")}
     capsys.readouterr()
-    assert main(_cli(suite_path, out, fmnist_root)) == 0
-    assert "1 runs, 1 already finished, 0 to run" in capsys.readouterr().err
-    assert (run / "summary.json").stat().st_mtime_ns == stamp
-    # a changed budget is a new identity: a new run next to the old one
-    suite = parse_suite(yaml.safe_load(suite_path.read_text()), "x")
+    assert main(_cli(suite_path, killed, fmnist_root)) == 0
+    assert "2 runs, 2 already finished, 0 to run" in capsys.readouterr().err
+    assert stamps == {p: p.stat().st_mtime_ns for p in stamps}
+    # the suite as run (suite.yaml) reloads to the same suite; a changed budget is a new run
+    suite, _ = load_suite(str(killed / "suite.yaml"))
+    assert suite == parse_suite(yaml.safe_load(suite_path.read_text()), "x")
     changed = suite.model_copy(update={"experiments": [
         suite.experiments[0].model_copy(update={"max_iters": 20})]})
-    plan = plan_sweep(changed, out, {"cnn-fmnist": str(fmnist_root)})
-    assert len(plan.todo) == 1 and plan.todo[0].name != run.name
+    plan = plan_sweep(changed, killed, {"cnn-fmnist": str(fmnist_root)})
+    assert len(plan.todo) == 2 and not {c.name for c in plan.todo} & {c.name for c in plan.done}
+
+
+def _report(out: Path) -> dict[str, bytes]:
+    """Every file of the report of ``out`` (written elsewhere), by relative path."""
+    written = out.parent / f"{out.name}-report"
+    write_report(out, written)
+    return {str(p.relative_to(written)): p.read_bytes()
+            for p in sorted(written.rglob("*")) if p.is_file()}
 
 
 def test_one_sweep_per_folder(tmp_path, fmnist_root):
