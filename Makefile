@@ -6,14 +6,21 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-# Offline slice of Fashion-MNIST when ../shared is beside the checkout; otherwise download.
-FMNIST_ROOT ?= $(wildcard ../shared/data/fashion-mnist-mini)
-DATA_FLAG   := $(if $(FMNIST_ROOT),--data-root $(FMNIST_ROOT),)
-RESULTS     ?= results/reproduce
-TRACE       ?= wan-200ms-lowbw-varying
-WORKERS     ?= 4
-TARGET      ?= 0.75
-METHODS     ?= d-sgd accordion dga cocktail-sgd deco-sgd
+# Suite of `make reproduce` (smoke, paper, scaling or theory; or a suite YAML file) and
+# where its runs and report go.
+SUITE   ?= smoke
+RESULTS ?= results/$(notdir $(basename $(SUITE)))
+JOBS    ?=
+# Data: the offline slices in ../shared/data when they are beside the checkout; otherwise
+# each task downloads its data set. ImageNet has no download: IMAGENET=/path/to/imagenet.
+FMNIST_ROOT   ?= $(wildcard ../shared/data/fashion-mnist-mini)
+WIKITEXT_ROOT ?= $(wildcard ../shared/data/wikitext-2)
+CIFAR10_ROOT  ?=
+IMAGENET      ?=
+DATA_FLAGS := $(if $(FMNIST_ROOT),--data-root cnn-fmnist=$(FMNIST_ROOT)) \
+              $(if $(WIKITEXT_ROOT),--data-root gpt2-wikitext=$(WIKITEXT_ROOT)) \
+              $(if $(CIFAR10_ROOT),--data-root cnn-cifar10=$(CIFAR10_ROOT)) \
+              $(if $(IMAGENET),--data-root vit-imagenet=$(IMAGENET))
 
 .PHONY: venv test test-slow bench reproduce lint clean
 
@@ -34,15 +41,10 @@ test-slow: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmark.bench --out bench-results/bench.json
 
-# The five methods of the paper's comparison on CNN@FashionMNIST under the bundled
-# high-latency, low-bandwidth varying trace, then the time-to-target table with speed-ups
-# over D-SGD and CocktailSGD (results/reproduce/report.md).
+# Run the suite (resumable: rerun after an interruption) and write its report
+# ($(RESULTS)/report.md and report.html).
 reproduce: $(STAMP)
-	for method in $(METHODS); do \
-	  $(VENV)/bin/decobench run --task cnn-fmnist --method $$method --workers $(WORKERS) \
-	    --trace $(TRACE) --target $(TARGET) $(DATA_FLAG) \
-	    --out $(RESULTS)/cnn-fmnist__$$method --overwrite || exit 1; \
-	done
+	$(VENV)/bin/decobench sweep $(SUITE) --out $(RESULTS) $(DATA_FLAGS) $(if $(JOBS),--jobs $(JOBS))
 	$(VENV)/bin/decobench report $(RESULTS)
 
 lint: $(STAMP)
