@@ -186,7 +186,8 @@ def versions() -> dict[str, Any]:
 
     return {"decobench": __version__, "python": platform.python_version(),
             "torch": str(torch.__version__), "torchvision": str(torchvision.__version__),
-            "git_commit": _git_commit(), "platform": platform.platform()}
+            "git_commit": _git_commit(), "platform": platform.platform(),
+            "torch_threads": torch.get_num_threads()}
 
 
 def resolved_config(run: PreparedRun, d: int, data_source: str,
