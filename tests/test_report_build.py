@@ -161,7 +161,8 @@ def test_manifest_missing_cell_fails_loudly(tmp_path):
         write_report(root)
     message = str(info.value)
     assert "runs/deco-9" in message and "bbb222" in message and "runs/deco-0 " not in message
-    assert "decobench sweep smoke --out" in message and "\n" not in message
+    assert f"decobench sweep {root / 'suite.yaml'} --out {root}" in message
+    assert "\n" not in message
     (root / "manifest.json").write_text(json.dumps({"suite": "smoke", "cells": cells[:1]}))
     assert [r.rel for r in load_runs(root).runs] == ["runs/deco-0"]
 
