@@ -22,7 +22,6 @@ import math
 import platform
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,11 +43,8 @@ from benchmark.sharding import ShardedBatches
 from benchmark.tasks import Task, TaskData, TaskProfile, get_task
 from benchmark.tasks.base import build_seeded_model, parameter_count
 from benchmark.timemodel import EventClock, IterationTiming
-from benchmark.tracking import NullTracker, RunTracker
+from benchmark.tracking import NullTracker, TrackerFactory
 from netem.trace import Trace, load_trace, resolve_trace_path, write_trace
-
-TrackerFactory = Callable[[dict[str, Any], Path], RunTracker]
-"""Opens a run's tracker from its resolved configuration and run directory."""
 
 
 @dataclass(frozen=True)
@@ -74,9 +70,16 @@ class PreparedRun:
     dataset: str | None
 
 
-def condition_name(config: RunConfig) -> str:
-    """The network condition's default name: the trace's file stem, the regime, or the
-    ratios (``rho4.6-lambda1``)."""
+def label_of(config: RunConfig) -> str:
+    """The method variant's name in reports and W&B: ``label``, else the method."""
+    return config.label or config.method
+
+
+def condition_of(config: RunConfig) -> str:
+    """The network condition's name: ``condition``, else the trace's file stem, the regime,
+    or the ratios (``rho4.6-lambda1``)."""
+    if config.condition is not None:
+        return config.condition
     if config.trace is not None:
         return Path(config.trace).stem
     if config.regime is not None:
@@ -85,8 +88,8 @@ def condition_name(config: RunConfig) -> str:
 
 
 def default_out(config: RunConfig) -> Path:
-    return (Path("runs") / f"{config.task}__{config.label or config.method}__"
-            f"{config.condition or condition_name(config)}__{config.profile}"
+    return (Path("runs") / f"{config.task}__{label_of(config)}__"
+            f"{condition_of(config)}__{config.profile}"
             f"__n{config.workers}__s{config.seed}")
 
 
@@ -201,6 +204,7 @@ def resolved_config(run: PreparedRun, d: int, data_source: str,
         schedule=run.optimizer.schedule, warmup_iters=run.optimizer.warmup_iters,
         trace_path=None if run.trace_path is None else str(run.trace_path),
         trace_name=trace.name, network=run.condition.describe(d, run.compute_time_s),
+        label=label_of(run.config), condition=condition_of(run.config),
         dataset=run.dataset,
         data_source=data_source, parameters=d, metric_name=run.task.metric_name,
         compute_time_s=run.compute_time_s, compute_time_source=run.compute_time_source,
@@ -378,8 +382,7 @@ def _summary(run: PreparedRun, outcome: _Outcome, clock: EventClock, d: int,
         "status": outcome.status, "eval_every": run.eval_every, "profile": run.profile.name,
         "compute_time": config.compute_time, "compute_time_s": run.compute_time_s,
         "topology": config.topology, "parameters": d,
-        "label": config.label or config.method,
-        "condition": config.condition or condition_name(config),
+        "label": label_of(config), "condition": condition_of(config),
         "suite": config.suite,
         "bubble_s": clock.total_bubble_s, "bubble_fraction": clock.bubble_fraction(),
         "time_basis": "simulated", "wall_time_s": wall_s,

@@ -94,8 +94,8 @@ class RunTracker(Protocol):
 
 
 TrackerFactory = Callable[[dict[str, Any], Path], RunTracker]
-"""Opens a run's tracker from its resolved configuration and run directory (the same type as
-``benchmark.runner.TrackerFactory``)."""
+"""Opens a run's tracker from its resolved configuration and run directory (what
+:func:`benchmark.runner.execute` takes)."""
 
 
 class NullTracker:
