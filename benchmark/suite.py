@@ -268,9 +268,15 @@ def _per_task(value: Any, task: str, field: str, where: str) -> Any:
     return value[task]
 
 
+def constant_trace_path(traces_dir: Path, name: str) -> Path:
+    """Where the one-row trace of the ``constant`` condition ``name`` is written."""
+    return traces_dir / f"{name}.csv"
+
+
 def _condition_values(name: str, spec: ConditionSpec, traces_dir: Path) -> dict[str, Any]:
     if spec.constant is not None:
-        return {"trace": str(traces_dir / f"{name}.csv"), "trace_loop": spec.trace_loop}
+        return {"trace": str(constant_trace_path(traces_dir, name)),
+                "trace_loop": spec.trace_loop}
     out = {k: getattr(spec, k) for k in ("trace", "regime", "transmission_ratio",
                                          "latency_ratio") if getattr(spec, k) is not None}
     return out | {"trace_loop": spec.trace_loop}
@@ -284,8 +290,8 @@ def write_constant_traces(suite: Suite, traces_dir: Path) -> None:
     for name, spec in suite.conditions.items():
         if spec.constant is not None:
             trace = constant(spec.constant.bandwidth_mbps, spec.constant.latency_ms, name=name)
-            write_trace(trace, traces_dir / f"{name}.csv", comment=f"suite {suite.name}: "
-                        f"condition {name}")
+            write_trace(trace, constant_trace_path(traces_dir, name),
+                        comment=f"suite {suite.name}: condition {name}")
 
 
 def identity(config: RunConfig) -> str:

@@ -193,7 +193,8 @@ def execute_sweep(plan: SweepPlan, jobs: int, wandb: bool = True,
 def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str, str] | None = None,
           wandb: bool = True, show_progress: bool = True, dry_run: bool = False) -> SweepPlan:
     """Plan, lock, clean up, write the manifest and run what remains."""
-    jobs = jobs or os.cpu_count() or 1
+    if jobs is None:
+        jobs = os.cpu_count() or 1
     if jobs < 1:
         raise DecobenchError(f"--jobs must be >= 1, got {jobs}")
     with sweep_lock(out):

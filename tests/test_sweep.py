@@ -157,3 +157,9 @@ def test_one_sweep_per_folder(tmp_path, fmnist_root):
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         with pytest.raises(DecobenchError, match="another decobench sweep"):
             sweep(suite, out, jobs=1, data_roots={"cnn-fmnist": str(fmnist_root)}, wandb=False)
+
+
+def test_jobs_must_be_positive(tmp_path, fmnist_root, capsys):
+    suite = _suite(tmp_path, fmnist_root)
+    assert main(_cli(suite, tmp_path / "out", fmnist_root, "--jobs", "0")) == 2
+    assert "--jobs must be >= 1, got 0" in capsys.readouterr().err
