@@ -213,19 +213,17 @@ class CnnCifar10(ClassificationTask):
                 "transmission/compute 32d/(a·T) ≈ 4.6 at 20 Mbit/s (d = 579,402). The CNN "
                 "itself needs 3.1 GFLOP per batch of 32 (16.1 M multiply-adds per image "
                 "forward, ×3 with backward), 0.5 ms at 30% of an A100's 19.5 TFLOP/s fp32 and "
-                "24 ms on a 2-core x86-64 CPU (profile cpu); use "
+                "18 ms on a 2-core x86-64 CPU (profile cpu); use "
                 "--compute-time-s or --compute-time measured to simulate those instead"),
         ),
         "cpu": TaskProfile(
             name="cpu", batch_size=32, lr=0.03, eval_every=100, max_iters=2000,
-            compute_time_s=0.024,
+            compute_time_s=0.018,
             compute_time_source=(
-                "measured relative to cnn-fmnist on a 2-core AMD EPYC x86-64 VM, torch 2.15.0 "
-                "(CPU), 2026-11-21: the machine was never idle that day (other jobs held both "
-                "cores, so absolute times were 2-3x inflated), so one forward + backward on a "
-                "batch of 32 of this CNN and of cnn-fmnist's were timed interleaved, single "
-                "thread: ratio 1.44-1.52 (the FLOP ratio is 1.45), times cnn-fmnist's 16 ms "
-                "measured on the idle machine = 24 ms"),
+                "measured on the idle 2-core AMD EPYC x86-64 VM, torch 2.15.0 (CPU, 2 threads), "
+                "2026-11-21: one forward + backward of this CNN on a batch of 32, median of 40 "
+                "passes after 20 warm-up passes, five times: 17.4-18.0 ms (cnn-fmnist's CNN in "
+                "the same measurement: 13.2-13.8 ms)"),
         ),
     }
 
