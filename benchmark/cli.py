@@ -78,8 +78,22 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--out", default=S, metavar="DIR",
                    help="run directory (default runs/TASK__METHOD__TRACE__nN__sSEED)")
     g.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
-    g.add_argument("--backend", choices=["simulated"], default=S,
-                   help="simulated: n workers in one process on the simulated clock (default)")
+    g.add_argument("--backend", choices=["simulated", "emulated"], default=S,
+                   help="simulated: n workers in one process on the simulated clock "
+                   "(default); emulated: n worker processes (torch.distributed) in Linux "
+                   "network namespaces over links shaped live from the trace, times measured "
+                   "(root; docs/emulation.md)")
+    g.add_argument("--latency-mechanism", choices=["auto", "netem", "comm-layer", "kernel"],
+                   default=S, help="emulated: who adds the trace's one-way latency: netem "
+                   "(kernel qdisc), comm-layer (each message delivered at transmission end + "
+                   "l·b(t); rate still shaped by tc), auto (netem if the kernel has sch_netem, "
+                   "else comm-layer; default), kernel (torchrun ranks on links that already "
+                   "have their latency)")
+    g.add_argument("--emulation-timeout-s", type=float, default=S, metavar="SECONDS",
+                   help="emulated: seconds a collective may take before a peer counts as lost "
+                   "(default 60 + twice a dense message's transfer at the lowest bandwidth)")
+    g.add_argument("--skip-probe", action="store_true", default=S,
+                   help="emulated: do not measure the shaped links before training")
     g.add_argument("--profile", default=S, help="task profile (default 'paper')")
     g.add_argument("--topology", choices=["paper", "ring"], default=S,
                    help="time-model topology factors: paper (h = l = 1, default) or ring "
@@ -225,8 +239,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--method")
     chosen_method = pre.parse_known_args(list(argv))[0].method
-    run = sub.add_parser("run", help="one training run", description="One training run on "
-                         "the simulated network clock.", epilog=_tasks_and_methods_epilog(),
+    run = sub.add_parser("run", help="one training run", description="One training run: on "
+                         "the simulated network clock (default), or with --backend emulated as n "
+                         "real worker processes over shaped Linux links (root).", epilog=_tasks_and_methods_epilog(),
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     _run_flags(run)
     _method_flags(run, chosen_method)
@@ -277,8 +292,72 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
                        "per finished run is still printed)")
     sweep.set_defaults(func=cmd_sweep)
 
+    fidelity = sub.add_parser(
+        "fidelity", help="the same runs on the simulated and emulated backends, per-iteration "
+        "time compared (root)",
+        description="Run each method on the emulated backend (n processes over shaped Linux "
+        "links, time measured), then on the simulated backend with T fixed to the compute "
+        "time the emulated ranks measured, and compare the per-iteration time after a "
+        "warm-up. Writes OUT/fidelity.md and fidelity.json and the runs under OUT/emulated "
+        "and OUT/simulated. Needs root (network namespaces, tc); see docs/emulation.md.",
+        epilog="example:\n  decobench fidelity --task cnn-fmnist --workers 2 --trace "
+        "constant-20mbps-100ms \\\n      --data-root ../shared/data/fashion-mnist-mini",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    fidelity.add_argument("--task", default="cnn-fmnist", help="task (default cnn-fmnist)")
+    fidelity.add_argument("--profile", default="cpu", help="task profile (default cpu)")
+    fidelity.add_argument("--methods", default="d-sgd,deco-sgd",
+                          help="comma-separated methods (default d-sgd,deco-sgd)")
+    fidelity.add_argument("--workers", type=int, default=2, help="number of workers (default 2)")
+    fidelity.add_argument("--trace", default="constant-20mbps-100ms", metavar="CSV|NAME",
+                          help="network trace (default constant-20mbps-100ms)")
+    fidelity.add_argument("--topology", choices=["ring", "paper"], default="ring",
+                          help="time-model topology factors (default ring: the emulated "
+                          "collectives are rings)")
+    fidelity.add_argument("--max-iters", type=int, default=40, help="iterations per run "
+                          "(default 40)")
+    fidelity.add_argument("--warmup", type=int, default=5, help="iterations left out of the "
+                          "per-iteration time (default 5)")
+    fidelity.add_argument("--batch-size", type=int, help="per-worker batch size (default: "
+                          "the profile's)")
+    fidelity.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    fidelity.add_argument("--data-root", metavar="DIR", help="existing copy of the data set")
+    fidelity.add_argument("--latency-mechanism", choices=["auto", "netem", "comm-layer"],
+                          default="auto", help="who adds the latency on the emulated side "
+                          "(default auto: netem if the kernel has it, else comm-layer)")
+    fidelity.add_argument("--out", default="results/fidelity", metavar="DIR",
+                          help="output folder (default results/fidelity)")
+    fidelity.add_argument("--overwrite", action="store_true", help="replace earlier runs")
+    fidelity.add_argument("--no-progress", action="store_true", help="no progress bars")
+    fidelity.set_defaults(func=cmd_fidelity)
+
     add_trace_parser(sub)
     return parser
+
+
+def cmd_fidelity(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from benchmark.config import build_run_config
+    from benchmark.emulated.fidelity import render_markdown, run_fidelity
+    from benchmark.methods import get_method_spec
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    for method in methods:
+        get_method_spec(method)
+    values: dict[str, Any] = {
+        "task": args.task, "profile": args.profile, "method": methods[0],
+        "workers": args.workers, "trace": args.trace, "topology": args.topology,
+        "max_iters": args.max_iters, "seed": args.seed,
+        "latency_mechanism": args.latency_mechanism}
+    if args.batch_size is not None:
+        values["batch_size"] = args.batch_size
+    if args.data_root is not None:
+        values["data_root"] = args.data_root
+    base = build_run_config(values)
+    rows = run_fidelity(base, methods, Path(args.out), warmup=args.warmup,
+                        overwrite=args.overwrite, show_progress=not args.no_progress)
+    print(render_markdown(rows, {"output": args.out}))
+    return 0
 
 
 def _sweep_epilog() -> str:
@@ -355,13 +434,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     config = build_run_config(_collect_run_values(args))
     run = prepare(config)
-    summary = execute(run, overwrite=args.overwrite, show_progress=not args.no_progress,
-                      tracker_factory=wandb_tracker_factory(not args.no_wandb))
+    if config.backend == "emulated":
+        from benchmark.emulated.launcher import launch
+
+        wandb_tracker_factory(not args.no_wandb)          # a bad WANDB_MODE fails here
+        summary = launch(run, overwrite=args.overwrite, show_progress=not args.no_progress,
+                         wandb=not args.no_wandb)
+    else:
+        summary = execute(run, overwrite=args.overwrite, show_progress=not args.no_progress,
+                          tracker_factory=wandb_tracker_factory(not args.no_wandb))
     ttt = summary["time_to_target_s"]
     shown = "not reached" if ttt is None else f"{ttt:.2f} s (iteration {summary['iters_to_target']})"
+    clock = "simulated" if summary.get("time_basis", "simulated") == "simulated" else "measured"
     print(f"{summary['method']} on {summary['task']}: status {summary['status']}, "
           f"time to target {shown}, final {summary['metric_name']} "
-          f"{summary['final_metric']}, simulated time {summary['sim_time_s']:.2f} s, "
+          f"{summary['final_metric']}, {clock} time {summary['sim_time_s']:.2f} s, "
           f"{summary['iterations']} iterations -> {run.out}")
     return 0
 

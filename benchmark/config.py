@@ -49,10 +49,27 @@ class RunConfig(BaseModel):
     out: str | None = Field(None, description="run directory")
     dataset: str | None = Field(None, description="data set variant of the task (e.g. "
                                 "wikitext-103-raw-v1 for gpt2-wikitext); default: the task's first")
-    backend: Literal["simulated"] = "simulated"
+    backend: Literal["simulated", "emulated"] = Field(
+        "simulated", description="simulated: one process on the simulated clock (default); "
+        "emulated: n worker processes (torch.distributed) over links shaped from the trace, "
+        "times measured")
+    latency_mechanism: Literal["auto", "netem", "comm-layer", "kernel"] = Field(
+        "auto", description="emulated backend: who adds the trace's one-way latency: netem in "
+        "the kernel, or the communication layer (message delivered at transmission end + "
+        "l·b(t)); auto = netem if the kernel has sch_netem, else comm-layer; kernel = the "
+        "network in place already has its latency (torchrun on real or docker-tc links)")
+    emulation_timeout_s: float | None = Field(
+        None, gt=0, description="emulated backend: seconds a collective may take before a "
+        "peer counts as lost (default: 60 s plus twice a dense message's transfer time at the "
+        "trace's lowest bandwidth)")
+    skip_probe: bool = Field(False, description="emulated backend: do not measure the shaped "
+                             "links before training (the probe result is still required to "
+                             "be within 10% unless this is set)")
     profile: str = Field("paper", description="task profile (model size, batch, lr, T)")
     topology: Literal["paper", "ring"] = Field("paper", description="communication topology "
-                                               "factors of the time model")
+                                               "factors of the time model (default paper; "
+                                               "ring on the emulated backend, whose "
+                                               "collectives are rings)")
     compute_time: Literal["profile", "measured"] = Field(
         "profile", description="T per iteration: the profile's fixed value, or measured wall "
         "time of the vectorised gradient step divided by n")
@@ -79,6 +96,10 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
+        if self.backend == "emulated" and "topology" not in self.model_fields_set:
+            # the emulated wire is a ring (gloo/NCCL ring all-gather and all-reduce), so its
+            # time-model factors are the ring's unless the user asks otherwise
+            object.__setattr__(self, "topology", "ring")
         if self.target is not None and self.target <= 0:
             raise ValueError("target must be positive")
         if (self.transmission_ratio is None) != (self.latency_ratio is None):

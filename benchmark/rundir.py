@@ -48,6 +48,16 @@ class RunDirectory:
         self.path.mkdir(parents=True, exist_ok=True)
         self._metrics = None
 
+    @classmethod
+    def attach(cls, path: str | Path) -> RunDirectory:
+        """Fill a directory a launcher has already created and checked (the emulated
+        backend's launcher puts the network probe there before the workers start)."""
+        rundir = cls.__new__(cls)
+        rundir.path = Path(path)
+        rundir.path.mkdir(parents=True, exist_ok=True)
+        rundir._metrics = None
+        return rundir
+
     def write_config(self, config: dict[str, Any]) -> None:
         write_text_atomic(self.path / CONFIG, yaml.safe_dump(config, sort_keys=True))
 

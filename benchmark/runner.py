@@ -220,7 +220,9 @@ def load_task_data(run: PreparedRun) -> TaskData:
 
 
 @dataclass
-class _Outcome:
+class Outcome:
+    """How a run ended, filled in as it trains."""
+
     status: str = "budget_exhausted"
     reached: bool = False
     time_to_target_s: float | None = None
@@ -240,6 +242,9 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
     that receives every metrics row and the summary; default: no tracking.
     """
     config, task = run.config, run.task
+    if config.backend != "simulated":
+        raise DecobenchError(f"execute() runs the simulated backend; backend {config.backend} "
+                             "runs through benchmark.emulated.launcher.launch")
     rundir = RunDirectory(run.out, overwrite=overwrite)
     data = load_task_data(run)
     model = build_seeded_model(task, run.profile, config.seed)
@@ -268,7 +273,7 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
         rundir.log(row)
         tracker.log(row)
 
-    outcome = _Outcome()
+    outcome = Outcome()
     in_flight: list[tuple[float, int, Observation]] = []  # (arrive_s, iteration, observation)
     wall_start = time.perf_counter()
     progress = RunProgress(total=run.max_iters, metric_name=task.metric_name,
@@ -333,7 +338,9 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
         tracker.fail(exc)
         raise
     rundir.close_metrics()
-    summary = _summary(run, outcome, clock, layout.d, time.perf_counter() - wall_start, trace)
+    summary = summary_fields(run, outcome, layout.d, time.perf_counter() - wall_start, trace,
+                             sim_time_s=clock.now_s, bubble_s=clock.total_bubble_s,
+                             bubble_fraction=clock.bubble_fraction(), time_basis="simulated")
     tracker.finish(summary)
     rundir.write_summary(summary)
     return summary
@@ -366,8 +373,11 @@ def _iteration_row(k: int, timing: IterationTiming, step, loss: float, bits_sent
     return row
 
 
-def _summary(run: PreparedRun, outcome: _Outcome, clock: EventClock, d: int,
-             wall_s: float, trace: Trace) -> dict[str, Any]:
+def summary_fields(run: PreparedRun, outcome: Outcome, d: int, wall_s: float, trace: Trace, *,
+                   sim_time_s: float, bubble_s: float, bubble_fraction: float,
+                   time_basis: str) -> dict[str, Any]:
+    """``summary.json`` of a run (interfaces.md); ``sim_time_s`` is the simulated clock, or
+    the measured training time on the emulated backend (``time_basis`` says which)."""
     config = run.config
     return {
         "task": config.task, "method": config.method, "workers": config.workers,
@@ -376,7 +386,7 @@ def _summary(run: PreparedRun, outcome: _Outcome, clock: EventClock, d: int,
         "seed": config.seed, "target": config.target, "metric_name": run.task.metric_name,
         "reached": outcome.reached, "time_to_target_s": outcome.time_to_target_s,
         "iters_to_target": outcome.iters_to_target, "final_metric": outcome.final_metric,
-        "iterations": outcome.iterations, "sim_time_s": clock.now_s,
+        "iterations": outcome.iterations, "sim_time_s": sim_time_s,
         "bits_sent": outcome.bits_sent, "diverged": outcome.status == "diverged",
         "diverged_at_iteration": outcome.diverged_at_iteration, "backend": config.backend,
         "status": outcome.status, "eval_every": run.eval_every, "profile": run.profile.name,
@@ -384,6 +394,6 @@ def _summary(run: PreparedRun, outcome: _Outcome, clock: EventClock, d: int,
         "topology": config.topology, "parameters": d,
         "label": label_of(config), "condition": condition_of(config),
         "suite": config.suite,
-        "bubble_s": clock.total_bubble_s, "bubble_fraction": clock.bubble_fraction(),
-        "time_basis": "simulated", "wall_time_s": wall_s,
+        "bubble_s": bubble_s, "bubble_fraction": bubble_fraction,
+        "time_basis": time_basis, "wall_time_s": wall_s,
     }

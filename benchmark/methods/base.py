@@ -34,7 +34,8 @@ class MethodContext:
 
     ``param_shapes`` lists the flat vector's tensors in order (name, shape);
     ``iterations_per_epoch`` is one pass over each worker's shard; ``max_iters`` the run's
-    iteration budget; ``seed`` the run seed (for shared randomness such as a sample mask).
+    iteration budget; ``seed`` the run seed (for shared randomness such as a sample mask);
+    ``gradient_rows`` how many workers' gradients one process holds (None: all n).
     """
 
     d: int
@@ -46,6 +47,13 @@ class MethodContext:
     seed: int = 0
     iterations_per_epoch: int = 1
     max_iters: int | None = None
+    gradient_rows: int | None = None
+
+    @property
+    def local_workers(self) -> int:
+        """Rows of gradients this process computes per iteration: n on the simulated
+        backend (all workers in one process), 1 on the emulated backend (one rank each)."""
+        return self.workers if self.gradient_rows is None else self.gradient_rows
 
     def __post_init__(self) -> None:
         if self.param_shapes and sum(math.prod(s) for _, s in self.param_shapes) != self.d:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from benchmark.compressors import Compressor, DenseCompressor, Update
+from benchmark.compressors import Compressed, Compressor, DenseCompressor, Update
 from benchmark.error_feedback import ErrorFeedback
 from benchmark.message_queue import DelayQueue
 from benchmark.methods.base import Method, MethodContext, Observation, StepResult
-from benchmark.methods.controllers import Controller
+from benchmark.methods.controllers import Controller, Schedule
 from benchmark.optimizer import SharedOptimizer
 
 
@@ -36,7 +36,8 @@ class DDEFSGD(Method):
         self.compressor = compressor
         self.controller = controller
         self.error_feedback = (None if isinstance(compressor, DenseCompressor)
-                               else ErrorFeedback(context.workers, context.d, device=context.device))
+                               else ErrorFeedback(context.local_workers, context.d,
+                                             device=context.device))
         self.queue: DelayQueue[Update] = DelayQueue()
         self.optimizer = SharedOptimizer(context.optimizer)
 
@@ -44,18 +45,35 @@ class DDEFSGD(Method):
         self.controller.observe(observation)
 
     def step(self, iteration: int, params: Tensor, gradients: Tensor) -> StepResult:
+        schedule, compressed = self.compress_local(iteration, gradients)
+        self.queue.push(iteration, schedule.staleness, compressed.mean())
+        applied = self.apply_due(iteration, params)
+        return self.result(schedule, compressed, applied)
+
+    def compress_local(self, iteration: int, gradients: Tensor) -> tuple[Schedule, Compressed]:
+        """The worker-side half of an iteration for the ``[m, d]`` gradients this process
+        holds (m = n in simulation, 1 per rank in emulation): pick (δ_t, τ_t), then
+        p = e + g, Δ = C_δ(p), e ← p − Δ (§2). Returns the schedule and the messages."""
         schedule = self.controller.schedule(iteration)
         if self.error_feedback is None:
             compressed = self.compressor.compress(gradients, schedule.delta, iteration)
         else:
             compressed = self.error_feedback.step(gradients, self.compressor, schedule.delta,
                                                   iteration)
-        self.queue.push(iteration, schedule.staleness, compressed.mean())
+        return schedule, compressed
+
+    def apply_due(self, iteration: int, params: Tensor) -> int:
+        """The aggregation half: u_t = Σ of the queued updates due at ``iteration`` (each
+        already the mean over the n workers), then x_{t+1} = optimizer step on u_t.
+        Returns the number of messages applied."""
         due = self.queue.pop_due(iteration)
         update = torch.zeros_like(params)
         for message in due:
             message.update.add_to(update)
         self.optimizer.step(params, update, iteration)
+        return len(due)
+
+    def result(self, schedule: Schedule, compressed: Compressed, applied: int) -> StepResult:
         return StepResult(delta=compressed.delta, staleness=schedule.staleness,
                           bits_per_worker=compressed.bits_per_worker, dense=compressed.dense,
-                          applied_messages=len(due), log=self.controller.log())
+                          applied_messages=applied, log=self.controller.log())

@@ -1,0 +1,260 @@
+"""Background communication of DD-EF-SGD messages between real worker processes.
+
+One thread per rank issues the collectives in send order (one link, FIFO, as in the time
+model of deco-sgd.md §4), so communication overlaps the next iterations' computation:
+
+- a sparse message (δ < 1) is a byte frame, header + the payload of exactly ⌈W/8⌉ bytes
+  (:mod:`benchmark.emulated.codec`), exchanged by ``all_gather``;
+- a dense message (δ = 1) is the fp32 vector plus one header slot per rank, exchanged by a
+  summing ``all_reduce`` (each rank writes only its own slot, so the headers come back
+  exactly: adding zeros is exact).
+
+When a collective returns at ``tx_end`` the message is delivered no earlier than
+:class:`~benchmark.emulated.delivery.DeliveryDelay` says (``tx_end + l·b`` when the
+communication layer adds the latency). The training loop calls :meth:`Communicator.wait`
+for a message only when it is due (τ iterations after it was sent) and blocks only if it
+has not arrived. A lost peer surfaces as :class:`PeerLost` naming the rank(s) when the
+collective's error message names their addresses.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from benchmark.compressors import Compressed, Update
+from benchmark.emulated import codec
+from benchmark.emulated.delivery import DeliveryDelay
+
+
+class PeerLost(RuntimeError):
+    """A collective failed because another rank went away (or timed out)."""
+
+    def __init__(self, message: str, lost_ranks: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.lost_ranks = lost_ranks
+
+
+@dataclass
+class Outgoing:
+    """One message as this rank sends it; ``buffer`` is the frame (sparse, uint8) or the
+    fp32 vector with header slots (dense)."""
+
+    iteration: int
+    dense: bool
+    k: int
+    buffer: Tensor
+
+
+@dataclass
+class Arrival:
+    """A message after its collective: every rank's header, the mean update over the n
+    workers (as :meth:`Compressed.mean` gives it on the simulated backend), and when it
+    was transmitted and delivered (seconds on the rank's trace clock)."""
+
+    iteration: int
+    dense: bool
+    headers: list[dict[str, float]]
+    update: Update
+    tx_start_s: float
+    tx_end_s: float
+    arrive_s: float
+
+
+def _dense_header_slots(fields: dict[str, float], rank: int, workers: int) -> Tensor:
+    """The ``[2·H·n]`` fp32 header region of a dense buffer with this rank's fields in its
+    slot as (hi, lo) pairs: ``hi = fp32(x)``, ``lo = fp32(x − hi)``, so ``hi + lo`` gives x
+    back to ~48 significant bits after an all-reduce that only adds zeros to it."""
+    h = len(codec.HEADER_FIELDS)
+    values = torch.tensor([float(fields.get(name, math.nan)) for name in codec.HEADER_FIELDS],
+                          dtype=torch.float64)
+    hi = values.to(torch.float32)
+    lo = (values - hi.to(torch.float64)).to(torch.float32)
+    lo = torch.where(torch.isfinite(hi), lo, torch.zeros_like(lo))
+    region = torch.zeros(workers, 2, h, dtype=torch.float32)
+    region[rank, 0], region[rank, 1] = hi, lo
+    return region.reshape(-1)
+
+
+def _dense_headers(region: Tensor, workers: int) -> list[dict[str, float]]:
+    h = len(codec.HEADER_FIELDS)
+    pairs = region.to(torch.float64).reshape(workers, 2, h)
+    values = pairs[:, 0] + pairs[:, 1]
+    return [dict(zip(codec.HEADER_FIELDS, (float(v) for v in row), strict=True))
+            for row in values]
+
+
+def encode_message(compressed: Compressed, header: dict[str, float], rank: int,
+                   workers: int) -> Outgoing:
+    """This rank's row of ``compressed`` (``[1, ·]``) as the buffer its collective sends."""
+    iteration = int(header["iteration"])
+    if compressed.dense:
+        values = compressed.values.reshape(-1).to(torch.float32)
+        buffer = torch.cat([values, _dense_header_slots(header, rank, workers).to(values.device)])
+        return Outgoing(iteration=iteration, dense=True, k=compressed.d, buffer=buffer)
+    assert compressed.indices is not None
+    values, indices = compressed.values.reshape(-1), compressed.indices.reshape(-1)
+    payload = codec.encode_sparse(values.to(torch.float32).cpu(), indices.cpu(), compressed.d)
+    frame = codec.frame(codec.encode_header({**header, "k": float(values.numel())}), payload)
+    return Outgoing(iteration=iteration, dense=False, k=int(values.numel()),
+                    buffer=frame.to(compressed.values.device))
+
+
+def mean_update(messages: Sequence[codec.DecodedMessage], d: int, device: torch.device) -> Update:
+    """u = (1/n) Σ_i Δ^i from the n decoded messages, in the layout
+    :meth:`benchmark.compressors.Compressed.mean` gives: concatenated sparse entries in rank
+    order with values divided by n, or a dense ``[d]`` vector if any message came dense."""
+    n = len(messages)
+    if all(m.indices is not None for m in messages):
+        values = torch.cat([m.values for m in messages]).to(device) / n
+        indices = torch.cat([m.indices for m in messages]).to(device)  # type: ignore[misc]
+        return Update(values=values, indices=indices, d=d)
+    total = torch.zeros(d, dtype=torch.float32, device=device)
+    for m in messages:
+        Update(values=m.values.to(device) / n, indices=None if m.indices is None
+               else m.indices.to(device), d=d).add_to(total)
+    return Update(values=total, indices=None, d=d)
+
+
+_ADDRESS = re.compile(r"\[?(\d{1,3}(?:\.\d{1,3}){3})\]?")
+
+
+def lost_ranks_in(message: str, addresses: Sequence[str], own_rank: int) -> tuple[int, ...]:
+    """Ranks whose address appears in a collective's error message (other than our own)."""
+    seen = set(_ADDRESS.findall(message))
+    return tuple(r for r, a in enumerate(addresses) if a in seen and r != own_rank)
+
+
+@dataclass
+class Communicator:
+    """The per-rank communication thread (see the module docstring).
+
+    ``clock()`` returns seconds on the trace clock (0 = the run's synchronised start).
+    """
+
+    rank: int
+    workers: int
+    d: int
+    delay: DeliveryDelay
+    clock: Callable[[], float]
+    timeout_s: float
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    addresses: Sequence[str] = ()
+    _queue: list[Outgoing] = field(default_factory=list, init=False)
+    _arrived: dict[int, Arrival] = field(default_factory=dict, init=False)
+    _error: BaseException | None = field(default=None, init=False)
+    _closing: bool = field(default=False, init=False)
+    _cond: threading.Condition = field(default_factory=threading.Condition, init=False)
+    _thread: threading.Thread | None = field(default=None, init=False)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name=f"comm-rank{self.rank}",
+                                        daemon=True)
+        self._thread.start()
+
+    def submit(self, message: Outgoing) -> None:
+        """Queue a message; returns at once (the collective runs in the background)."""
+        with self._cond:
+            self._raise_if_failed()
+            self._queue.append(message)
+            self._cond.notify_all()
+
+    def wait(self, iteration: int) -> tuple[Arrival, float]:
+        """Block until the message of ``iteration`` is delivered; returns it and the
+        seconds this call waited (the bubble)."""
+        started = time.monotonic()
+        with self._cond:
+            while iteration not in self._arrived:
+                self._raise_if_failed()
+                if time.monotonic() - started > self.timeout_s:
+                    raise PeerLost(f"rank {self.rank}: the message of iteration {iteration} "
+                                   f"did not arrive within {self.timeout_s:.0f} s; a peer is "
+                                   "hung or the link is far slower than the trace")
+                self._cond.wait(0.25)
+            arrival = self._arrived.pop(iteration)
+        remaining = arrival.arrive_s - self.clock()
+        if remaining > 0:
+            time.sleep(remaining)
+        return arrival, time.monotonic() - started
+
+    def close(self, drain: bool = True) -> None:
+        """Finish the queued collectives (``drain``) and stop the thread."""
+        with self._cond:
+            self._closing = True
+            if not drain:
+                self._queue.clear()
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=self.timeout_s if drain else 1.0)
+        with self._cond:
+            self._raise_if_failed()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closing:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                message = self._queue.pop(0)
+            try:
+                arrival = self._exchange(message)
+            except BaseException as exc:  # noqa: BLE001 - handed to the training thread
+                with self._cond:
+                    self._error = self._as_peer_lost(exc, message.iteration)
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self._arrived[message.iteration] = arrival
+                self._cond.notify_all()
+
+    def _as_peer_lost(self, exc: BaseException, iteration: int) -> BaseException:
+        text = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        lost = lost_ranks_in(str(exc), self.addresses, self.rank)
+        who = (f"lost rank {', '.join(map(str, lost))}" if lost
+               else "lost a peer rank (address not named by the transport)")
+        return PeerLost(f"rank {self.rank}: {who} during the collective of iteration "
+                        f"{iteration}: {text}", lost)
+
+    def _synchronise(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _exchange(self, message: Outgoing) -> Arrival:
+        tx_start = self.clock()
+        if message.dense:
+            buffer = message.buffer
+            work = dist.all_reduce(buffer, op=dist.ReduceOp.SUM, async_op=True)
+            work.wait(timeout=timedelta(seconds=self.timeout_s))
+            self._synchronise()
+            tx_end = self.clock()
+            headers = _dense_headers(buffer[self.d:].cpu(), self.workers)
+            update = Update(values=buffer[: self.d] / self.workers, indices=None, d=self.d)
+        else:
+            frames = [torch.empty_like(message.buffer) for _ in range(self.workers)]
+            work = dist.all_gather(frames, message.buffer, async_op=True)
+            work.wait(timeout=timedelta(seconds=self.timeout_s))
+            self._synchronise()
+            tx_end = self.clock()
+            headers, decoded = [], []
+            for frame in frames:
+                header, payload = codec.unframe(frame.cpu())
+                headers.append(header)
+                decoded.append(codec.decode_sparse(payload, int(header["k"]), self.d))
+            update = mean_update(decoded, self.d, self.device)
+        return Arrival(iteration=message.iteration, dense=message.dense, headers=headers,
+                       update=update, tx_start_s=tx_start, tx_end_s=tx_end,
+                       arrive_s=self.delay.arrival_s(tx_end, message.dense))

@@ -1,0 +1,292 @@
+"""``decobench run --backend emulated``: a whole emulated run on this Linux host.
+
+1. Checks (before anything is created): root, ``ip``/``tc``, a method with an emulated
+   implementation, n >= 2, the latency mechanism the kernel can give.
+2. One network namespace per worker, joined by veth pairs to a bridge namespace; each
+   worker's egress shaped from the trace's first row (:mod:`netem.netns`, :mod:`netem.tc`).
+3. The probe measures every link and the run fails if it is more than 10% off the request;
+   ``network_probe.json`` keeps the result and the exact tc commands (:mod:`netem.probe`).
+4. The trace player replays the trace live with ``tc ... change`` from the moment rank 0
+   says training started (:mod:`netem.player`).
+5. n ranks of ``python -m benchmark.emulated`` start inside the namespaces with the
+   torchrun environment; rank 0 writes the run directory, the others log to
+   ``workers/rankR.log``.
+6. If a rank dies, the others stop on their own (the collective fails) or are stopped
+   within :data:`GRACE_S`; ``failure.json`` names the lost rank and no summary is written.
+   Ctrl-C, SIGTERM or an error in the launcher stop the ranks the same way. The namespaces
+   are deleted in every case (``python -m netem.netns --cleanup`` removes leftovers of a
+   launcher that was SIGKILLed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmark.atomicio import write_text_atomic
+from benchmark.emulated import EMULATED_METHODS
+from benchmark.emulated.worker import FAILURE, default_timeout_s
+from benchmark.errors import DecobenchError
+from benchmark.rundir import SUMMARY, RunDirectory, read_summary
+from benchmark.runner import PreparedRun
+from benchmark.tasks.base import parameter_count
+
+GRACE_S = 45.0
+"""Seconds the surviving ranks get to notice a lost rank before the launcher stops them."""
+
+MASTER_PORT = 29500
+"""Rank 0's rendezvous port inside its namespace (each run has its own namespaces)."""
+
+START_FILE = ".clock_start"
+LAUNCH_CONFIG = "launch/run.yaml"
+
+
+class RunFailed(DecobenchError):
+    """An emulated run ended without success; ``failure.json`` says why."""
+
+
+def check_emulation(run: PreparedRun) -> str:
+    """Everything checkable before creating anything; returns the latency mechanism."""
+    from netem.netns import require_root, resolve_latency_mechanism
+
+    config = run.config
+    if config.method not in EMULATED_METHODS:
+        raise DecobenchError(f"method {config.method} has no emulated implementation yet; "
+                             f"the emulated backend runs {', '.join(EMULATED_METHODS)} "
+                             "(the other methods run on the simulated backend)")
+    if config.workers < 2:
+        raise DecobenchError("the emulated backend needs --workers 2 or more (one worker has "
+                             "no link to emulate)")
+    if config.latency_mechanism == "kernel":
+        raise DecobenchError("--latency-mechanism kernel is for ranks started by torchrun on "
+                             "links that already have their latency; 'decobench run --backend "
+                             "emulated' shapes its own links: use auto, netem or comm-layer")
+    require_root()
+    return resolve_latency_mechanism(config.latency_mechanism)
+
+
+@dataclass
+class _Rank:
+    rank: int
+    process: subprocess.Popen[bytes]
+    log: Path | None
+
+
+def _die_with_parent() -> None:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    os.setpgrp()                     # Ctrl-C reaches the launcher, which stops the ranks
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def launch(run: PreparedRun, overwrite: bool = False, show_progress: bool = True,
+           wandb: bool = True) -> dict[str, Any]:
+    """Run ``run`` on the emulated backend; returns rank 0's summary or raises
+    :class:`RunFailed` (after writing ``failure.json``)."""
+    from netem.netns import NamespaceNetwork, NetworkPlan
+    from netem.player import NetnsShaper, TracePlayer
+    from netem.probe import probe_links, write_probe
+    from netem.tc import LinkSetting
+
+    mechanism = check_emulation(run)
+    config = run.config
+    d = parameter_count(run.task, run.profile)
+    trace = run.condition.trace_for(d, run.compute_time_s)
+    timeout_s = config.emulation_timeout_s or default_timeout_s(d, trace, config.workers,
+                                                                config.topology)
+    rundir = RunDirectory(run.out, overwrite=overwrite)
+    out = rundir.path
+    setting = LinkSetting(rate_bps=trace.bandwidth_at(0.0), latency_s=trace.latency_at(0.0))
+    plan = NetworkPlan.new(workers=config.workers)
+    ranks: list[_Rank] = []
+    player = None
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        with NamespaceNetwork(plan, setting, mechanism=mechanism) as net:
+            try:
+                if not config.skip_probe:
+                    report = probe_links(net, setting)
+                    write_probe(report, net, out / "network_probe.json")
+                    report.check()
+                player = TracePlayer(trace, NetnsShaper(net))
+                player.wait_for_start_file(out / START_FILE)
+                ranks = _start_ranks(run, net, mechanism, timeout_s, out, show_progress, wandb)
+                _supervise(ranks, out, timeout_s)
+            finally:
+                for r in ranks:
+                    _stop(r.process)
+                if player is not None:
+                    _stop_player(player, out)
+                write_text_atomic(out / "tc_commands.txt", "".join(
+                    f"{line}\n" for line in net.commands))
+    except KeyboardInterrupt:
+        _record_failure(out, "interrupted (Ctrl-C or SIGTERM); the ranks were stopped and the "
+                        "namespaces deleted", lost=())
+        raise
+    except RunFailed:
+        raise
+    except BaseException as exc:
+        _record_failure(out, f"launcher error: {exc}", lost=())
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if not (out / SUMMARY).is_file():
+        raise RunFailed(_record_failure(out, "rank 0 exited without writing summary.json",
+                                        lost=()))
+    return read_summary(out)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _start_ranks(run: PreparedRun, net: Any, mechanism: str, timeout_s: float, out: Path,
+                 show_progress: bool, wandb: bool) -> list[_Rank]:
+    config = run.config
+    launch_config = out / LAUNCH_CONFIG
+    launch_config.parent.mkdir(parents=True, exist_ok=True)
+    values = config.model_dump()
+    values.update(out=str(out), backend="emulated", latency_mechanism=mechanism)
+    write_text_atomic(launch_config, yaml.safe_dump(values, sort_keys=True))
+    addresses = [net.worker_address(i) for i in range(config.workers)]
+    network = {"namespaces": [net.worker_namespace(i) for i in range(config.workers)],
+               "addresses": addresses, "shaping": "tc on each worker's egress (veth)",
+               "launcher_latency_mechanism": mechanism}
+    logs = out / "workers"
+    logs.mkdir(exist_ok=True)
+    threads = max(1, (os.cpu_count() or 1) // config.workers)
+    ranks = []
+    for i in range(config.workers):
+        env = {**os.environ, "RANK": str(i), "WORLD_SIZE": str(config.workers),
+               "LOCAL_RANK": str(i), "LOCAL_WORLD_SIZE": str(config.workers),
+               "MASTER_ADDR": addresses[0], "MASTER_PORT": str(MASTER_PORT),
+               "DECOBENCH_THREADS": str(threads), "OMP_NUM_THREADS": str(threads),
+               "PYTHONUNBUFFERED": "1"}
+        argv = [*net.exec_prefix(i), sys.executable, "-m", "benchmark.emulated",
+                "--config", str(launch_config), "--attach", "--start-file", str(out / START_FILE),
+                "--timeout-s", str(timeout_s), "--addresses", ",".join(addresses),
+                "--network-info", json.dumps(network)]
+        if not wandb:
+            argv.append("--no-wandb")
+        log = None if i == 0 else logs / f"rank{i}.log"
+        if i != 0 or not show_progress:
+            argv.append("--no-progress")
+        stream = None if log is None else open(log, "wb")  # noqa: SIM115
+        try:
+            process = subprocess.Popen(argv, env=env, stdout=stream,
+                                       stderr=subprocess.STDOUT if stream else None,
+                                       preexec_fn=_die_with_parent)
+        finally:
+            if stream is not None:
+                stream.close()
+        ranks.append(_Rank(i, process, log))
+    return ranks
+
+
+def _supervise(ranks: list[_Rank], out: Path, timeout_s: float) -> None:
+    """Wait for every rank. The first rank to fail is the lost one; the others get
+    :data:`GRACE_S` seconds to stop by themselves, then are stopped."""
+    first_failure: tuple[_Rank, int, float] | None = None
+    while True:
+        codes = {r.rank: r.process.poll() for r in ranks}
+        if first_failure is None:
+            failed = [r for r in ranks if codes[r.rank] not in (None, 0)]
+            if failed:
+                # a rank that died of a signal is the cause; the others then fail on it
+                failed.sort(key=lambda r: (codes[r.rank] >= 0, r.rank))  # type: ignore[operator]
+                culprit = failed[0]
+                first_failure = (culprit, codes[culprit.rank], time.monotonic())  # type: ignore[arg-type]
+                print(f"decobench: worker rank {culprit.rank} "
+                      f"{_describe_exit(codes[culprit.rank])}; waiting up to {GRACE_S:.0f} s for "  # type: ignore[arg-type]
+                      "the other ranks to stop", file=sys.stderr)
+        if all(code is not None for code in codes.values()):
+            break
+        if first_failure is not None and time.monotonic() - first_failure[2] > GRACE_S:
+            for r in ranks:
+                _stop(r.process)
+            break
+        time.sleep(0.2)
+    if first_failure is None:
+        return
+    culprit, code, _ = first_failure
+    exits = {r.rank: r.process.returncode for r in ranks}
+    lost = (culprit.rank,)
+    message = (f"emulated run failed: lost rank {culprit.rank} (it {_describe_exit(code)}); "
+               f"exit statuses {exits}")
+    raise RunFailed(_record_failure(out, message, lost=lost, exits=exits))
+
+
+def _record_failure(out: Path, message: str, lost: tuple[int, ...],
+                    exits: dict[int, int | None] | None = None) -> str:
+    """Merge the launcher's view into ``failure.json`` (rank 0 may have written its own)."""
+    failure_path = out / FAILURE
+    rank0: dict[str, Any] = {}
+    if failure_path.is_file():
+        try:
+            rank0 = json.loads(failure_path.read_text())
+        except (OSError, ValueError):
+            rank0 = {}
+    record = {"status": "failed", "backend": "emulated", "error": message,
+              "lost_ranks": list(lost) or rank0.get("lost_ranks", []),
+              "exit_statuses": {str(k): v for k, v in (exits or {}).items()},
+              "rank0_error": rank0.get("error")}
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(failure_path, json.dumps(record, indent=2) + "\n")
+    return message
+
+
+def _stop(process: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=grace_s)
+
+
+def _stop_player(player: Any, out: Path) -> None:
+    try:
+        player.stop()
+    finally:
+        changes = getattr(player, "applied", None) or getattr(player, "changes", None) or []
+        write_text_atomic(out / "trace_player.jsonl", "".join(
+            json.dumps(_change_row(c)) + "\n" for c in changes))
+
+
+def _change_row(change: Any) -> dict[str, Any]:
+    if hasattr(change, "_asdict"):
+        return {k: _plain(v) for k, v in change._asdict().items()}
+    if hasattr(change, "__dataclass_fields__"):
+        return {k: _plain(getattr(change, k)) for k in change.__dataclass_fields__}
+    return {"change": _plain(change)}
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "__dataclass_fields__"):
+        return {k: _plain(getattr(value, k)) for k in value.__dataclass_fields__}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,87 @@
+"""The communication layer's pure parts: dense header slots survive a summing all-reduce,
+the gathered sparse messages aggregate exactly as Compressed.mean() does on the simulated
+backend, lost ranks are named from the transport's message, and the consensus observation."""
+
+import math
+
+import torch
+
+from benchmark.compressors import TopKCompressor
+from benchmark.emulated import codec
+from benchmark.emulated.comm import (
+    _dense_header_slots,
+    _dense_headers,
+    encode_message,
+    lost_ranks_in,
+    mean_update,
+)
+from benchmark.emulated.worker import _consensus_observation, _Sent
+
+
+def test_dense_header_slots_come_back_exactly_after_a_sum():
+    n = 3
+    headers = [{"iteration": 7.0, "flags": float(r), "obs_tx_start_s": 1234.567891234 + r,
+                "obs_compute_s": 0.0123456789} for r in range(n)]
+    total = sum(_dense_header_slots(h, r, n) for r, h in enumerate(headers))
+    back = _dense_headers(total, n)
+    for r in range(n):
+        assert back[r]["iteration"] == 7.0 and back[r]["flags"] == float(r)
+        assert abs(back[r]["obs_tx_start_s"] - (1234.567891234 + r)) < 1e-9
+        assert abs(back[r]["obs_compute_s"] - 0.0123456789) < 1e-12
+        assert math.isnan(back[r]["obs_arrive_s"])          # missing fields stay NaN
+
+
+def test_gathered_sparse_messages_average_like_the_simulated_backend():
+    torch.manual_seed(0)
+    n, d, delta = 3, 1000, 0.02
+    p = torch.randn(n, d)
+    together = TopKCompressor().compress(p, delta)          # what the simulation sends
+    expected = torch.zeros(d)
+    together.mean().add_to(expected)
+    decoded = []
+    for r in range(n):
+        row = TopKCompressor().compress(p[r: r + 1], delta)
+        out = encode_message(row, {"iteration": 0.0}, rank=r, workers=n)
+        assert out.buffer.numel() == codec.HEADER_BYTES + codec.payload_bytes(row.values.numel(), d)
+        header, payload = codec.unframe(out.buffer)
+        decoded.append(codec.decode_sparse(payload, int(header["k"]), d))
+    got = torch.zeros(d)
+    mean_update(decoded, d, torch.device("cpu")).add_to(got)
+    assert torch.equal(got, expected)
+
+
+def test_dense_message_carries_the_vector_and_this_ranks_slot_only():
+    g = torch.arange(6, dtype=torch.float32).reshape(1, 6)
+    from benchmark.compressors import DenseCompressor
+
+    out = encode_message(DenseCompressor().compress(g), {"iteration": 4.0}, rank=1, workers=2)
+    assert out.dense and torch.equal(out.buffer[:6], g[0])
+    slots = out.buffer[6:].reshape(2, 2, len(codec.HEADER_FIELDS))
+    assert torch.all(slots[0] == 0) and slots[1, 0, 0] == 4.0
+
+
+def test_lost_rank_is_named_from_the_address_in_the_error():
+    addresses = ["10.77.3.1", "10.77.3.2", "10.77.3.3"]
+    message = ("[gloo/transport/tcp/pair.cc:534] Read error [10.77.3.3]:41234: "
+               "Connection reset by peer")
+    assert lost_ranks_in(message, addresses, own_rank=0) == (2,)
+    assert lost_ranks_in("Connection closed by peer", addresses, own_rank=0) == ()
+
+
+def test_consensus_observation_is_the_slowest_rank_and_same_everywhere():
+    sent = {4: _Sent(staleness=1, dense=False, bits=1000, compute_s=0.01)}
+    headers = [
+        {"obs_iteration": 4.0, "obs_compute_s": 0.02, "obs_tx_start_s": 1.0,
+         "obs_tx_end_s": 1.5, "obs_arrive_s": 1.6},
+        {"obs_iteration": 4.0, "obs_compute_s": 0.03, "obs_tx_start_s": 1.1,
+         "obs_tx_end_s": 1.4, "obs_arrive_s": 1.7},
+    ]
+    obs = _consensus_observation(headers, sent, workers=2, topology="ring")
+    assert obs is not None
+    assert (obs.iteration, obs.compute_s, obs.tx_start_s, obs.tx_end_s, obs.arrive_s) == (
+        4, 0.03, 1.1, 1.5, 1.7)
+    assert obs.link_bits == 1000 and obs.latency_factor == 1.0      # ring, n = 2: h = l = 1
+    # ranks disagreeing on what they report, or nothing reported: no observation
+    assert _consensus_observation([headers[0], {**headers[1], "obs_iteration": 3.0}], sent,
+                                  2, "ring") is None
+    assert _consensus_observation([{"obs_iteration": math.nan}] * 2, sent, 2, "ring") is None
