@@ -106,7 +106,24 @@ def encode_message(compressed: Compressed, header: dict[str, float], rank: int,
     payload = codec.encode_sparse(values.to(torch.float32).cpu(), indices.cpu(), compressed.d)
     frame = codec.frame(codec.encode_header({**header, "k": float(values.numel())}), payload)
     return Outgoing(iteration=iteration, dense=False, k=int(values.numel()),
-                    buffer=frame.to(compressed.values.device))
+                    buffer=as_words(frame).to(compressed.values.device))
+
+
+def as_words(frame: Tensor) -> Tensor:
+    """The byte frame as fp32 words (zero-padded to a multiple of 4 bytes, ≤ 3 extra).
+
+    Only the bytes travel (all-gather copies, never adds), but gloo moves uint8 tensors
+    far slower than fp32 ones: a 905 kB all-gather over a 20 Mbit/s link took 0.53 s as
+    uint8 and 0.37 s as fp32 (0.362 s is the link's time)."""
+    pad = (-frame.numel()) % 4
+    if pad:
+        frame = torch.cat([frame, torch.zeros(pad, dtype=torch.uint8)])
+    return frame.view(torch.float32)
+
+
+def from_words(words: Tensor) -> Tensor:
+    """The byte frame back from :func:`as_words` (padding included; unframe ignores it)."""
+    return words.contiguous().view(torch.uint8)
 
 
 def mean_update(messages: Sequence[codec.DecodedMessage], d: int, device: torch.device) -> Update:
@@ -251,9 +268,11 @@ class Communicator:
             tx_end = self.clock()
             headers, decoded = [], []
             for frame in frames:
-                header, payload = codec.unframe(frame.cpu())
+                header, payload = codec.unframe(from_words(frame.cpu()))
+                k = int(header["k"])
                 headers.append(header)
-                decoded.append(codec.decode_sparse(payload, int(header["k"]), self.d))
+                decoded.append(codec.decode_sparse(payload[: codec.payload_bytes(k, self.d)],
+                                                   k, self.d))
             update = mean_update(decoded, self.d, self.device)
         return Arrival(iteration=message.iteration, dense=message.dense, headers=headers,
                        update=update, tx_start_s=tx_start, tx_end_s=tx_end,

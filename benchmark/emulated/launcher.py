@@ -182,7 +182,11 @@ def _start_ranks(run: PreparedRun, net: Any, mechanism: str, timeout_s: float, o
                "LOCAL_RANK": str(i), "LOCAL_WORLD_SIZE": str(config.workers),
                "MASTER_ADDR": addresses[0], "MASTER_PORT": str(MASTER_PORT),
                "DECOBENCH_THREADS": str(threads), "OMP_NUM_THREADS": str(threads),
-               "PYTHONUNBUFFERED": "1"}
+               "PYTHONUNBUFFERED": "1",
+               # gloo/NCCL would otherwise pick the address the host name resolves to
+               # (loopback inside a namespace); the shaped device is the only way out
+               "GLOO_SOCKET_IFNAME": net.worker_device(i),
+               "NCCL_SOCKET_IFNAME": net.worker_device(i)}
         argv = [*net.exec_prefix(i), sys.executable, "-m", "benchmark.emulated",
                 "--config", str(launch_config), "--attach", "--start-file", str(out / START_FILE),
                 "--timeout-s", str(timeout_s), "--addresses", ",".join(addresses),

@@ -285,12 +285,13 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
                 outcome.iterations = k + 1
 
                 due = [s for s in unapplied if s + sent[s].staleness <= k]
-                waited = 0.0
+                waited, transfer = 0.0, None
                 report_next = None
                 for s in due:
                     arrival, wait_s = comm.wait(s)
                     waited += wait_s
                     sent[s].arrival = arrival
+                    transfer = arrival
                     unapplied.remove(s)
                     report_next = s
                     observation = _consensus_observation(arrival.headers, sent, n,
@@ -318,6 +319,10 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
                        "delta": step.delta, "tau": step.staleness, "bits": step.bits_per_worker,
                        "bits_sent": outcome.bits_sent, "bubble_s": bubble_total,
                        "compute_s": end - start, "wait_s": waited,
+                       **({} if transfer is None else {
+                           "tx_s": transfer.tx_end_s - transfer.tx_start_s,
+                           "tx_start_s": transfer.tx_start_s - clock.paused_s,
+                           "arrive_s": transfer.arrive_s - clock.paused_s}),
                        "applied_messages": applied,
                        "bandwidth_mbps": trace.bandwidth_at(clock.trace_s()) / 1e6,
                        "latency_ms": trace.latency_at(clock.trace_s()) * 1e3,

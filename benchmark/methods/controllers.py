@@ -6,6 +6,7 @@ transfer that has arrived), never the trace.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -111,6 +112,29 @@ class DecoController:
             "plan_t_avg_s": chosen.t_avg_s,
             "plan_phi": chosen.phi,
         }
+
+
+class ReplayController:
+    """Replays a recorded (δ_t, τ_t) sequence, holding the last entry afterwards.
+
+    ``decobench fidelity`` uses it to charge the simulated clock for exactly the schedule an
+    emulated run chose, so the comparison tests the time model rather than the two runs'
+    different measurements.
+    """
+
+    def __init__(self, schedules: Sequence[Schedule]) -> None:
+        if not schedules:
+            raise ValueError("a replayed schedule needs at least one (delta, tau) entry")
+        self.schedules = tuple(schedules)
+
+    def schedule(self, iteration: int) -> Schedule:
+        return self.schedules[min(iteration, len(self.schedules) - 1)]
+
+    def observe(self, observation: Observation) -> None:
+        return None
+
+    def log(self) -> dict[str, Any]:
+        return {}
 
 
 PLAN_ONCE = 2**62

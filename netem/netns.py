@@ -1,0 +1,543 @@
+"""The emulated network: one Linux network namespace per worker, joined by a bridge.
+
+Topology for ``n`` workers (``docs/emulation.md``, "Topology")::
+
+    ns {prefix}-w0            ns {prefix}-br                      ns {prefix}-w1
+    eth0 10.77.X.1/24 ===veth=== {prefix}w0 -+- bridge {prefix}br -+- {prefix}w1 ===veth=== eth0 10.77.X.2/24
+    (shaped: rate [+ delay])                                          (shaped)
+
+Each worker's ``eth0`` egress is shaped (:mod:`netem.tc`), so the path from worker i to
+worker j sees worker i's rate and (under ``netem``) its latency; a round trip crosses two
+shaped links. All namespaces are private to one run: addresses may repeat across runs, and
+the subnet octet ``X`` derived from the prefix only makes logs easier to tell apart.
+
+Every command goes through a :class:`Runner` so that tests can check the exact command
+sequence without root. Each namespace's loopback carries an owner tag (``ip link set lo
+alias``) naming the creating process, so :func:`cleanup_stale` removes only namespaces
+whose owner is gone (e.g. a run killed with SIGKILL); ``python -m netem.netns --cleanup``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from benchmark.errors import DecobenchError
+from netem.tc import (
+    MECHANISMS,
+    TCP_FRAMING_FACTOR,
+    LinkSetting,
+    device_commands,
+    exec_in,
+    format_command,
+    shaping_commands,
+)
+
+PREFIX_STEM: str = "dcb"
+"""Every namespace this project creates starts with this."""
+
+PREFIX_GLOB: str = PREFIX_STEM + "[0-9a-f]" * 5 + "-*"
+"""Names of this project's namespaces: ``dcb`` + 5 hex digits + ``-`` + role."""
+
+WORKER_DEVICE: str = "eth0"
+"""The worker end of each veth pair, inside the worker's namespace."""
+
+IFNAMSIZ: int = 15
+"""Longest Linux interface name."""
+
+SUBNET_BASE: str = "10.77"
+MAX_WORKERS: int = 254
+
+OWNER_TAG_PREFIX: str = "decobench owner"
+ROOT_MESSAGE: str = (
+    "the emulated backend needs root (CAP_NET_ADMIN) to create network namespaces and shape "
+    "links with tc; run as root, e.g. `sudo ...`, or use the default simulated backend"
+)
+LATENCY_CHOICES: tuple[str, ...] = ("auto", *MECHANISMS)
+
+
+# ------------------------------------------------------------------------------- commands
+class CommandError(DecobenchError):
+    """A command exited with a non-zero status; the message names it and its stderr."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, stderr: str) -> None:
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr.strip()
+        detail = " ".join(self.stderr.split()) or "(no error output)"
+        super().__init__(f"command failed (exit {returncode}): {format_command(argv)}: {detail}")
+
+
+class Runner(Protocol):
+    """Runs one command; raises :class:`CommandError` if it fails."""
+
+    def run(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]: ...
+
+
+@dataclass(frozen=True)
+class SubprocessRunner:
+    """The real runner: ``subprocess.run`` with captured output and a timeout."""
+
+    timeout_s: float = 30.0
+
+    def run(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        args = list(argv)
+        try:
+            proc = subprocess.run(
+                args, capture_output=True, text=True, timeout=self.timeout_s, check=False
+            )
+        except FileNotFoundError:
+            raise DecobenchError(
+                f"{args[0]}: command not found (needed for: {format_command(args)}); "
+                "install iproute2 (e.g. `apt-get install iproute2`)"
+            ) from None
+        except subprocess.TimeoutExpired:
+            raise DecobenchError(
+                f"command timed out after {self.timeout_s:g} s: {format_command(args)}"
+            ) from None
+        if proc.returncode != 0:
+            raise CommandError(args, proc.returncode, proc.stderr or "")
+        return proc
+
+
+def require_root() -> None:
+    """Raise :class:`DecobenchError` unless we are root and ``ip`` and ``tc`` are installed."""
+    if os.geteuid() != 0:
+        raise DecobenchError(ROOT_MESSAGE)
+    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    if missing:
+        raise DecobenchError(
+            f"the emulated backend needs the {' and '.join(f'`{m}`' for m in missing)} "
+            "command(s) from iproute2, not found on PATH; install iproute2 "
+            "(e.g. `apt-get install iproute2`) or use the default simulated backend"
+        )
+
+
+def in_netns(namespace: str, argv: Sequence[str]) -> list[str]:
+    """``argv`` run inside ``namespace``: ``ip netns exec NS ...``."""
+    return [*exec_in(namespace), *argv]
+
+
+# ---------------------------------------------------------------------------- ownership
+def _process_start_ticks(pid: int) -> str | None:
+    """Start time of a process in clock ticks since boot (``/proc/PID/stat`` field 22)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) "
+    return fields[19] if len(fields) > 19 else None
+
+
+def owner_tag(pid: int | None = None) -> str:
+    """The loopback alias naming a namespace's owner: ``decobench owner pid=P start=S``."""
+    pid = os.getpid() if pid is None else pid
+    return f"{OWNER_TAG_PREFIX} pid={pid} start={_process_start_ticks(pid) or 0}"
+
+
+def owner_alive(tag: str | None) -> bool:
+    """Whether the process named by an owner tag still runs (pid and start time match)."""
+    match = re.fullmatch(rf"{OWNER_TAG_PREFIX} pid=(\d+) start=(\d+)", (tag or "").strip())
+    if not match:
+        return False
+    start = _process_start_ticks(int(match.group(1)))
+    return start is not None and start == match.group(2)
+
+
+# -------------------------------------------------------------------------------- plan
+@dataclass(frozen=True)
+class NetworkPlan:
+    """Names and addresses of one run's namespaces (see the module docstring).
+
+    Attributes:
+        workers: number of worker namespaces, 1 to :data:`MAX_WORKERS`.
+        prefix: unique per run, ``dcb`` + 5 hex digits (:meth:`new`); starts every name.
+        subnet_octet: third octet of the workers' ``10.77.X.0/24`` subnet.
+    """
+
+    workers: int
+    prefix: str
+    subnet_octet: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.workers, int) or not 1 <= self.workers <= MAX_WORKERS:
+            raise DecobenchError(
+                f"the emulated network needs 1 to {MAX_WORKERS} workers, got {self.workers!r}"
+            )
+        if not re.fullmatch(r"[a-z][a-z0-9]*", self.prefix or ""):
+            raise DecobenchError(
+                f"network prefix must be lowercase letters and digits starting with a letter, "
+                f"got {self.prefix!r}"
+            )
+        longest = max(len(self.bridge_device), len(self.peer_device(self.workers - 1)))
+        if longest > IFNAMSIZ:
+            raise DecobenchError(
+                f"network prefix {self.prefix!r} is too long: interface names would have "
+                f"{longest} characters, Linux allows {IFNAMSIZ}; use a shorter prefix"
+            )
+        if not 0 <= self.subnet_octet <= 255:
+            raise DecobenchError(f"subnet_octet must be 0..255, got {self.subnet_octet!r}")
+
+    @classmethod
+    def new(cls, workers: int, prefix: str | None = None) -> NetworkPlan:
+        """A plan with a fresh random prefix (``dcb`` + 5 hex digits) unless one is given."""
+        prefix = prefix or PREFIX_STEM + secrets.token_hex(3)[:5]
+        digits = re.sub(r"[^0-9a-f]", "", prefix[len(PREFIX_STEM) :]) or "0"
+        return cls(workers=workers, prefix=prefix, subnet_octet=int(digits, 16) % 256)
+
+    # names
+    @property
+    def bridge_namespace(self) -> str:
+        return f"{self.prefix}-br"
+
+    @property
+    def bridge_device(self) -> str:
+        return f"{self.prefix}br"
+
+    def worker_namespace(self, i: int) -> str:
+        return f"{self.prefix}-w{self._check(i)}"
+
+    def peer_device(self, i: int) -> str:
+        """The bridge-side end of worker i's veth pair (in the bridge namespace)."""
+        return f"{self.prefix}w{self._check(i)}"
+
+    def worker_address(self, i: int) -> str:
+        return f"{SUBNET_BASE}.{self.subnet_octet}.{self._check(i) + 1}"
+
+    @property
+    def namespaces(self) -> list[str]:
+        """Every namespace of the plan, bridge first."""
+        return [self.bridge_namespace] + [self.worker_namespace(i) for i in range(self.workers)]
+
+    def _check(self, i: int) -> int:
+        if not 0 <= i < self.workers:
+            raise IndexError(f"worker index {i} out of range 0..{self.workers - 1}")
+        return i
+
+
+# ----------------------------------------------------------------------------- network
+@dataclass(frozen=True)
+class CommandRecord:
+    """One executed command and when, in seconds since the network's set-up began."""
+
+    t_s: float
+    argv: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{self.t_s:10.6f}  {format_command(self.argv)}"
+
+    @property
+    def is_tc(self) -> bool:
+        """A tc command, run directly or through ``ip netns exec NS``."""
+        argv = self.argv[4:] if self.argv[:3] == ("ip", "netns", "exec") else self.argv
+        return bool(argv) and argv[0] == "tc"
+
+
+@dataclass
+class NamespaceNetwork:
+    """One run's namespaces, bridge, veth pairs and shaped links (a context manager).
+
+    ``with NamespaceNetwork(plan, setting, mechanism) as net:`` creates everything and shapes
+    each worker's egress with ``setting`` (tc action ``add``); leaving the block deletes the
+    namespaces (which deletes the veth pairs and the bridge), also after an exception.
+    ``runner`` defaults to :class:`SubprocessRunner` and then root is required.
+    """
+
+    plan: NetworkPlan
+    setting: LinkSetting
+    mechanism: str
+    runner: Runner | None = None
+    framing_factor: float = TCP_FRAMING_FACTOR
+    clock: Callable[[], float] = time.monotonic
+    _log: list[CommandRecord] = field(default_factory=list, init=False, repr=False)
+    _created: list[str] = field(default_factory=list, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _t0: float | None = field(default=None, init=False, repr=False)
+    _up: bool = field(default=False, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in MECHANISMS:
+            raise DecobenchError(
+                f"unknown latency mechanism {self.mechanism!r}; choose one of "
+                f"{', '.join(MECHANISMS)} (resolve 'auto' with resolve_latency_mechanism)"
+            )
+
+    # --------------------------------------------------------------------- lifecycle
+    def __enter__(self) -> NamespaceNetwork:
+        self.create()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.teardown()
+
+    def create(self) -> None:
+        """Create the namespaces and links and apply the initial setting (``add``)."""
+        if self._up or self._created:
+            raise DecobenchError(f"network {self.plan.prefix} was already created")
+        if self.runner is None:
+            require_root()
+            self.runner = SubprocessRunner()
+        self._t0 = self.clock()
+        plan, tag = self.plan, owner_tag()
+        try:
+            br, bridge = plan.bridge_namespace, plan.bridge_device
+            self._add_namespace(br, tag)
+            self._run(["ip", "-n", br, "link", "add", bridge, "type", "bridge"])
+            self._run(["ip", "-n", br, "link", "set", bridge, "up"])
+            for i in range(plan.workers):
+                ns, peer = plan.worker_namespace(i), plan.peer_device(i)
+                self._add_namespace(ns, tag)
+                veth = f"link add {peer} type veth peer name {WORKER_DEVICE} netns {ns}"
+                self._run(["ip", "-n", br, *veth.split()])
+                self._run(["ip", "-n", br, "link", "set", peer, "master", bridge])
+                self._run(["ip", "-n", br, "link", "set", peer, "up"])
+                address = f"{plan.worker_address(i)}/24"
+                self._run(["ip", "-n", ns, "addr", "add", address, "dev", WORKER_DEVICE])
+                for argv in device_commands(WORKER_DEVICE, netns=ns):
+                    self._run(argv)
+                self._run(["ip", "-n", ns, "link", "set", WORKER_DEVICE, "up"])
+                self._shape(i, self.setting, "add")
+        except BaseException:
+            self.teardown()
+            raise
+        self._up = True
+
+    def _add_namespace(self, ns: str, tag: str) -> None:
+        self._run(["ip", "netns", "add", ns])
+        self._created.append(ns)
+        self._run(["ip", "-n", ns, "link", "set", "lo", "alias", tag])
+        self._run(["ip", "-n", ns, "link", "set", "lo", "up"])
+
+    def teardown(self) -> None:
+        """Delete every namespace this network created; safe to call more than once."""
+        errors: list[str] = []
+        while self._created:
+            ns = self._created[-1]
+            try:
+                self._run(["ip", "netns", "del", ns])
+            except CommandError as exc:
+                if "No such file" not in exc.stderr:
+                    errors.append(str(exc))
+            self._created.pop()
+        self._up = False
+        if errors:
+            raise DecobenchError(
+                "could not delete every namespace of the emulated network: "
+                + "; ".join(errors)
+                + " (remove leftovers with `python -m netem.netns --cleanup`)"
+            )
+
+    # ------------------------------------------------------------------------ shaping
+    def apply(self, setting: LinkSetting) -> None:
+        """Give every worker link ``setting`` now (``tc qdisc change``, queues kept)."""
+        if not self._up:
+            raise DecobenchError("the emulated network is not up (use it inside its with-block)")
+        for i in range(self.plan.workers):
+            self._shape(i, setting, "change")
+        self.setting = setting
+
+    def _shape(self, i: int, setting: LinkSetting, action: str) -> None:
+        ns = self.plan.worker_namespace(i)
+        for argv in shaping_commands(
+            WORKER_DEVICE, setting, self.mechanism, action, self.framing_factor, netns=ns
+        ):
+            self._run(argv)
+
+    def _run(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        assert self.runner is not None
+        with self._lock:
+            t = self.clock() - (self._t0 if self._t0 is not None else self.clock())
+            self._log.append(CommandRecord(t, tuple(argv)))
+        return self.runner.run(argv)
+
+    # ------------------------------------------------------------------------- access
+    @property
+    def workers(self) -> int:
+        return self.plan.workers
+
+    def worker_namespace(self, i: int) -> str:
+        return self.plan.worker_namespace(i)
+
+    def worker_address(self, i: int) -> str:
+        return self.plan.worker_address(i)
+
+    def worker_device(self, i: int) -> str:
+        self.plan.worker_namespace(i)  # index check
+        return WORKER_DEVICE
+
+    def exec_prefix(self, i: int) -> list[str]:
+        """Prefix that runs a command in worker i's namespace: ``ip netns exec NS``."""
+        return in_netns(self.plan.worker_namespace(i), [])
+
+    @property
+    def command_log(self) -> list[CommandRecord]:
+        with self._lock:
+            return list(self._log)
+
+    @property
+    def commands(self) -> list[str]:
+        """Every command executed, in order: ``"  0.012345  ip netns add ..."``."""
+        return [str(r) for r in self.command_log]
+
+    @property
+    def tc_commands(self) -> list[str]:
+        """The tc commands executed, in order, as shell lines (no timestamps)."""
+        return [format_command(r.argv) for r in self.command_log if r.is_tc]
+
+
+# ------------------------------------------------------------------------ netem check
+def kernel_has_netem(runner: Runner | None = None) -> bool:
+    """Whether the kernel can add a ``netem`` qdisc (``sch_netem`` built in or loadable).
+
+    Tries it on a veth pair in a throwaway namespace, which is always deleted.
+    """
+    if runner is None:
+        require_root()
+        runner = SubprocessRunner()
+    ns = f"{PREFIX_STEM}{secrets.token_hex(3)[:5]}-nt"
+    runner.run(["ip", "netns", "add", ns])
+    try:
+        runner.run(["ip", "-n", ns, "link", "set", "lo", "alias", owner_tag()])
+        runner.run(["ip", "-n", ns, "link", "add", "nt0", "type", "veth", "peer", "name", "nt1"])
+        runner.run(["ip", "-n", ns, "link", "set", "nt0", "up"])
+        try:
+            runner.run(
+                ["tc", "-n", ns, "qdisc", "add", "dev", "nt0", "root", "netem", "delay", "1ms"]
+            )
+        except CommandError as exc:
+            if "unknown" in exc.stderr.lower() or "not found" in exc.stderr.lower():
+                return False
+            raise
+        return True
+    finally:
+        runner.run(["ip", "netns", "del", ns])
+
+
+def resolve_latency_mechanism(requested: str, has_netem: Callable[[], bool] | None = None) -> str:
+    """``"netem"`` or ``"comm-layer"`` for a requested ``auto`` | ``netem`` | ``comm-layer``.
+
+    ``auto`` picks ``netem`` when the kernel has it, else ``comm-layer``; ``netem`` on a
+    kernel without it is an error that names the fallback. ``has_netem`` defaults to
+    :func:`kernel_has_netem`.
+    """
+    if requested not in LATENCY_CHOICES:
+        raise DecobenchError(
+            f"unknown latency mechanism {requested!r}; choose one of {', '.join(LATENCY_CHOICES)}"
+        )
+    if requested == "comm-layer":
+        return "comm-layer"
+    available = (has_netem or kernel_has_netem)()
+    if available:
+        return "netem"
+    if requested == "netem":
+        raise DecobenchError(
+            "this kernel lacks sch_netem (`tc qdisc add ... netem` fails with 'Specified qdisc "
+            "kind is unknown'), so the kernel cannot add latency; use `--latency-mechanism "
+            "comm-layer` (the documented fallback: tc shapes the rate and the communication "
+            "layer adds the latency) or `--latency-mechanism auto`"
+        )
+    return "comm-layer"
+
+
+# ----------------------------------------------------------------------------- cleanup
+def list_namespaces(runner: Runner) -> list[str]:
+    """Names of all network namespaces (``ip -j netns list``)."""
+    out = runner.run(["ip", "-j", "netns", "list"]).stdout.strip()
+    return [entry["name"] for entry in json.loads(out)] if out else []
+
+
+def namespace_owner(runner: Runner, ns: str) -> str | None:
+    """The owner tag on a namespace's loopback, or None if it has none."""
+    try:
+        out = runner.run(["ip", "-n", ns, "-j", "link", "show", "lo"]).stdout
+        return json.loads(out)[0].get("ifalias")
+    except (CommandError, ValueError, IndexError, KeyError):
+        return None
+
+
+def cleanup_stale(
+    pattern: str = PREFIX_GLOB, include_live: bool = False, runner: Runner | None = None
+) -> list[str]:
+    """Delete leftover namespaces whose names match ``pattern``; returns the names deleted.
+
+    A namespace whose owner process still runs is kept unless ``include_live`` (that run's
+    network is in use); one without an owner tag is deleted.
+    """
+    if runner is None:
+        require_root()
+        runner = SubprocessRunner()
+    deleted: list[str] = []
+    for ns in list_namespaces(runner):
+        if not fnmatch.fnmatchcase(ns, pattern):
+            continue
+        if not include_live and owner_alive(namespace_owner(runner, ns)):
+            continue
+        try:
+            runner.run(["ip", "netns", "del", ns])
+        except CommandError as exc:
+            if "No such file" not in exc.stderr:
+                raise
+        deleted.append(ns)
+    return deleted
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m netem.netns --cleanup``: remove namespaces left by killed runs."""
+    parser = argparse.ArgumentParser(
+        prog="python -m netem.netns",
+        description="Manage decobench's emulated-network namespaces (needs root).",
+    )
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument(
+        "--cleanup", action="store_true", help="delete namespaces left by runs that no longer run"
+    )
+    action.add_argument(
+        "--list",
+        action="store_true",
+        help="list this project's namespaces and whether their owner runs",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="with --cleanup: also delete namespaces of runs still running",
+    )
+    parser.add_argument(
+        "--pattern",
+        default=PREFIX_GLOB,
+        help=f"shell pattern of namespace names (default: {PREFIX_GLOB})",
+    )
+    args = parser.parse_args(argv)
+    try:
+        require_root()
+        runner = SubprocessRunner()
+        if args.list:
+            for ns in list_namespaces(runner):
+                if fnmatch.fnmatchcase(ns, args.pattern):
+                    live = owner_alive(namespace_owner(runner, ns))
+                    print(f"{ns}\t{'in use' if live else 'stale'}")
+            return 0
+        deleted = cleanup_stale(args.pattern, include_live=args.all, runner=runner)
+    except DecobenchError as exc:
+        print(f"netem.netns: error: {exc}", file=sys.stderr)
+        return 2
+    for ns in deleted:
+        print(f"deleted {ns}")
+    print(f"{len(deleted)} namespace(s) deleted")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,293 @@
+"""Pure builders of ``tc`` command lines that shape one link's egress.
+
+Nothing here runs a command: :func:`shaping_commands` returns argv lists that
+:mod:`netem.netns` (namespaces), :mod:`netem.player` (a trace played live) and the docs run
+or print. One link is one network device's egress queue.
+
+Structure (both mechanisms). An HTB tree limits the device's egress to the link rate ``R``;
+small packets (IP length < 128 bytes: pure TCP ACKs, latency pings) get their own class with
+priority, so the ACKs of an incoming transfer never wait behind a queue of outgoing data::
+
+    1:   htb root (unclassified traffic -> 1:20)
+    1:1  class, rate R ceil R                        (the link)
+    1:10 class, rate 5% of R, ceil R, prio 0          small packets (u32 filter, IP len < 128)
+    1:20 class, rate 95% of R, ceil R, prio 1         everything else
+    10:, 20: leaf queues of 1:10 and 1:20
+
+In a ring all-reduce every link carries data one way and the ACKs of the neighbour's
+transfer the other way; with one FIFO those ACKs queue behind the data and the measured
+goodput fell 5-20% below the request (see ``docs/emulation.md``). The kernels this project
+was built on lack ``fq``, ``fq_codel``, ``sfq`` and ``prio``; HTB and u32 are always there.
+
+Two latency mechanisms (``docs/emulation.md``, "Latency mechanisms"):
+
+``"netem"``
+    The leaves are ``netem`` qdiscs that delay every packet by the one-way latency (as in
+    Mininet: HTB for the rate, netem leaves for the delay); packets past their delay wait
+    there for HTB's tokens.
+
+``"comm-layer"``
+    The kernel limits the rate only (leaves ``pfifo``/``bfifo``); the training process's
+    communication layer delays each message by the latency itself (it delivers a message no
+    earlier than its transmission end plus ``b(t)``). This is the fallback for kernels built
+    without ``sch_netem``.
+
+Goodput calibration. A trace's bandwidth is application goodput: the time model charges
+``W / a`` seconds for ``W`` payload bits. HTB counts layer-2 frame bytes, so the rate given
+to tc is ``R = a * framing_factor``. With MTU 1500 and TCP timestamps a full frame carries
+1448 payload bytes in 1514 bytes (14 Ethernet + 20 IP + 32 TCP header bytes), hence
+:data:`TCP_FRAMING_FACTOR` ``= 1514 / 1448``.
+
+Queue rule (bandwidth-delay product). The byte limit of the bulk queue is::
+
+    limit_bytes = max(QUEUE_FLOOR_BYTES, R/8 * (2 * kernel_latency + QUEUE_HEADROOM_S))
+
+where ``kernel_latency`` is the latency the kernel adds (the setting's latency under
+``netem``, 0 under ``comm-layer``, whose kernel round trip is ~0). One round trip of data
+(one BDP) lets a single TCP flow keep the link busy after a loss; the headroom absorbs
+scheduling jitter. A netem leaf also holds the packets still in their delay and counts
+packets, so its limit is ``ceil((limit_bytes + R/8 * latency) / FRAME_BYTES)`` packets; the
+small-packet leaf gets the same packet count, at least :data:`SMALL_QUEUE_FLOOR_PACKETS`.
+
+Burst. ``burst = cburst = max(2 * FRAME_BYTES, ceil(R/8 / KERNEL_HZ))`` bytes: at least two
+full frames, and at least one timer tick's worth of bytes so the rate is met even when the
+qdisc is woken only once per tick (``KERNEL_HZ = 250``).
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from benchmark.errors import DecobenchError
+
+Mechanism = Literal["netem", "comm-layer"]
+"""How the one-way latency is added: by the kernel (``netem``) or by the training process."""
+
+MECHANISMS: tuple[str, ...] = ("netem", "comm-layer")
+
+Action = Literal["add", "change"]
+"""``add`` creates the qdiscs, classes and filter; ``change`` updates them in place (queued
+packets are kept)."""
+
+ACTIONS: tuple[str, ...] = ("add", "change")
+
+MTU_BYTES: int = 1500
+"""IP MTU of the emulated links."""
+
+FRAME_BYTES: int = MTU_BYTES + 14
+"""A full Ethernet frame as tc counts it: MTU plus the 14-byte Ethernet header."""
+
+TCP_PAYLOAD_BYTES: int = MTU_BYTES - 20 - 32
+"""TCP payload of a full frame: MTU minus IPv4 (20) and TCP with timestamps (32) headers."""
+
+TCP_FRAMING_FACTOR: float = FRAME_BYTES / TCP_PAYLOAD_BYTES
+"""Frame bytes per goodput byte for bulk TCP at MTU 1500 with timestamps: 1514/1448."""
+
+KERNEL_HZ: int = 250
+"""Timer ticks per second assumed when sizing the token bucket's burst."""
+
+QUEUE_FLOOR_BYTES: int = 64 * FRAME_BYTES
+"""Smallest queue limit in bytes (64 full frames), whatever the rate and latency."""
+
+QUEUE_HEADROOM_S: float = 0.05
+"""Queue room beyond one round trip of data, in seconds at the link's rate."""
+
+GSO_MAX_SEGS: int = 16
+"""Largest segmentation-offload packet, in frames (16 frames, about 24 KB), set on each shaped
+device. HTB charges a packet at once however large: with the default 64 KB offload packets
+the measured goodput at 2-5 Mbit/s was 3-8% low and noisy; with 16 it is within 2% from
+2 Mbit/s to 1 Gbit/s, and 1 Gbit/s still needs little CPU (1 frame per packet could not
+reach 300 Mbit/s on two cores). TCP reads the value when a connection starts."""
+
+SMALL_QUEUE_FLOOR_PACKETS: int = 1000
+"""Smallest packet limit of the small-packet leaf."""
+
+SMALL_PACKET_BYTES: int = 128
+"""IP packets shorter than this (pure ACKs, pings) go to the priority class 1:10; a power
+of two, so the u32 filter is one mask: ``IP total length & ~(SMALL_PACKET_BYTES-1) == 0``."""
+
+SMALL_CLASS_SHARE: float = 0.05
+"""Share of the rate guaranteed to the small-packet class; either class may borrow up to R."""
+
+HTB_QUANTUM_BYTES: int = FRAME_BYTES
+"""HTB's round-robin quantum (only used between classes of equal priority)."""
+
+ROOT: str = "1:"
+LINK_CLASS: str = "1:1"
+SMALL_CLASS: str = "1:10"
+BULK_CLASS: str = "1:20"
+SMALL_LEAF: str = "10:"
+BULK_LEAF: str = "20:"
+DEFAULT_MINOR: str = "20"
+"""HTB's ``default`` (hex minor, as tc parses it): unclassified traffic goes to 1:20."""
+
+
+class LinkSettingError(DecobenchError, ValueError):
+    """A rate or latency that no link can have (the message names the field and value)."""
+
+
+@dataclass(frozen=True)
+class LinkSetting:
+    """What one link should deliver: goodput ``rate_bps`` (bit/s, > 0) and one-way latency
+    ``latency_s`` (seconds, >= 0); the trace's ``a(t)`` and ``b(t)`` at one time."""
+
+    rate_bps: float
+    latency_s: float
+
+    def __post_init__(self) -> None:
+        rate = float(self.rate_bps)
+        latency = float(self.latency_s)
+        if not (math.isfinite(rate) and rate > 0.0):
+            raise LinkSettingError(
+                f"rate_bps must be a finite number > 0 (bit/s), got {self.rate_bps!r}"
+            )
+        if not (math.isfinite(latency) and latency >= 0.0):
+            raise LinkSettingError(
+                f"latency_s must be a finite number >= 0 (seconds), got {self.latency_s!r}"
+            )
+        object.__setattr__(self, "rate_bps", rate)
+        object.__setattr__(self, "latency_s", latency)
+
+    def describe(self) -> str:
+        """``"20 Mbit/s, 100 ms"``."""
+        return f"{self.rate_bps / 1e6:.6g} Mbit/s, {self.latency_s * 1e3:.6g} ms"
+
+
+def check_mechanism(mechanism: str) -> Mechanism:
+    """``mechanism`` if it is one of :data:`MECHANISMS`, else ValueError naming the choices."""
+    if mechanism not in MECHANISMS:
+        raise ValueError(
+            f"unknown latency mechanism {mechanism!r}; choose one of {', '.join(MECHANISMS)}"
+        )
+    return mechanism  # type: ignore[return-value]
+
+
+def tc_rate_bps(setting: LinkSetting, framing_factor: float = TCP_FRAMING_FACTOR) -> int:
+    """The frame rate given to tc, bit/s: goodput times ``framing_factor``, rounded."""
+    if not (math.isfinite(framing_factor) and framing_factor >= 1.0):
+        raise ValueError(f"framing_factor must be a finite number >= 1, got {framing_factor!r}")
+    return max(1, round(setting.rate_bps * framing_factor))
+
+
+def kernel_latency_s(setting: LinkSetting, mechanism: str) -> float:
+    """The one-way latency the kernel adds: the setting's under netem, 0 under comm-layer."""
+    return setting.latency_s if check_mechanism(mechanism) == "netem" else 0.0
+
+
+def burst_bytes(rate_bps: float) -> int:
+    """Token bucket size for a tc rate (bit/s): two frames or one tick's bytes, the larger."""
+    return max(2 * FRAME_BYTES, math.ceil(rate_bps / 8.0 / KERNEL_HZ))
+
+
+def queue_limit_bytes(rate_bps: float, latency_s: float) -> int:
+    """Queue limit for a tc rate (bit/s) and kernel latency (s); the BDP rule above."""
+    bdp = rate_bps / 8.0 * (2.0 * latency_s + QUEUE_HEADROOM_S)
+    return max(QUEUE_FLOOR_BYTES, math.ceil(bdp))
+
+
+def exec_in(netns: str | None) -> list[str]:
+    """The prefix that runs a command in ``netns``: ``ip netns exec NS`` (none if None).
+
+    ``ip netns exec`` rather than ``tc -n`` keeps the tc part of each logged line exactly
+    what one would type inside the namespace."""
+    return ["ip", "netns", "exec", netns] if netns else []
+
+
+def netem_limit_packets(rate_bps: float, latency_s: float) -> int:
+    """Packet limit of a netem leaf: the byte queue plus the packets in their delay."""
+    in_delay = rate_bps / 8.0 * latency_s
+    return math.ceil((queue_limit_bytes(rate_bps, latency_s) + in_delay) / FRAME_BYTES)
+
+
+def small_limit_packets(rate_bps: float, latency_s: float) -> int:
+    """Packet limit of the small-packet leaf: as a netem leaf, at least the floor."""
+    return max(SMALL_QUEUE_FLOOR_PACKETS, netem_limit_packets(rate_bps, latency_s))
+
+
+def shaping_commands(
+    dev: str,
+    setting: LinkSetting,
+    mechanism: str,
+    action: str,
+    framing_factor: float = TCP_FRAMING_FACTOR,
+    netns: str | None = None,
+) -> list[list[str]]:
+    """The tc argv lists that give ``dev``'s egress ``setting`` under ``mechanism``.
+
+    ``action`` is ``add`` (first set-up: root, classes, leaves, filter; the device must
+    have no root qdisc of its own, see :func:`clear_commands`) or ``change`` (update the
+    classes and leaves in place; queued packets are kept; used by the trace player).
+    ``netns`` runs the commands in that namespace (``ip netns exec NS tc ...``). The commands run in the
+    order returned. See the module docstring for the rate, burst and limit rules.
+    """
+    check_mechanism(mechanism)
+    if action not in ACTIONS:
+        raise ValueError(f"unknown tc action {action!r}; choose one of {', '.join(ACTIONS)}")
+    if not dev:
+        raise ValueError("dev must name a network device, got an empty string")
+    tc = [*exec_in(netns), "tc"]
+    rate = tc_rate_bps(setting, framing_factor)
+    small = max(1, round(rate * SMALL_CLASS_SHARE))
+    bulk = max(1, rate - small)
+    latency = kernel_latency_s(setting, mechanism)
+    burst = str(burst_bytes(rate))
+
+    def htb_class(parent: str, classid: str, guaranteed: int, prio: str | None) -> list[str]:
+        return [
+            *tc, "class", action, "dev", dev, "parent", parent, "classid", classid, "htb",
+            "rate", f"{guaranteed}bit", "ceil", f"{rate}bit", "burst", burst, "cburst", burst,
+            *(["prio", prio] if prio is not None else []),
+            "quantum", str(HTB_QUANTUM_BYTES),
+        ]  # fmt: skip
+
+    def leaf(parent: str, handle: str, queue: list[str]) -> list[str]:
+        return [*tc, "qdisc", action, "dev", dev, "parent", parent, "handle", handle, *queue]
+
+    if mechanism == "netem":
+        delay = ["delay", f"{round(latency * 1e6)}us"]
+        small_queue = ["netem", *delay, "limit", str(small_limit_packets(rate, latency))]
+        bulk_queue = ["netem", *delay, "limit", str(netem_limit_packets(rate, latency))]
+    else:
+        # the path's latency is added above the kernel, but TCP still sees the queue: size
+        # it from the emulated path's bandwidth-delay product too (a queue of only the
+        # headroom dropped GSO bursts of back-to-back collectives and cost ~30% goodput)
+        small_queue = ["pfifo", "limit", str(small_limit_packets(rate, setting.latency_s))]
+        bulk_queue = ["bfifo", "limit", str(queue_limit_bytes(rate, setting.latency_s))]
+    commands = [
+        htb_class(ROOT, LINK_CLASS, rate, None),
+        htb_class(LINK_CLASS, SMALL_CLASS, small, "0"),
+        htb_class(LINK_CLASS, BULK_CLASS, bulk, "1"),
+        leaf(SMALL_CLASS, SMALL_LEAF, small_queue),
+        leaf(BULK_CLASS, BULK_LEAF, bulk_queue),
+    ]
+    if action == "change":
+        return commands
+    root = [*tc, "qdisc", action, "dev", dev, "root", "handle", ROOT, "htb",
+            "default", DEFAULT_MINOR]  # fmt: skip
+    small_filter = [
+        *tc, "filter", action, "dev", dev, "parent", ROOT, "protocol", "ip", "prio", "1",
+        "u32", "match", "u16", "0x0000", f"{0xFFFF & ~(SMALL_PACKET_BYTES - 1):#06x}", "at", "2",
+        "flowid", SMALL_CLASS,
+    ]  # fmt: skip
+    return [root, *commands, small_filter]
+
+
+def device_commands(dev: str, netns: str | None = None) -> list[list[str]]:
+    """Device settings that shaping relies on: cap offload packets at :data:`GSO_MAX_SEGS`.
+
+    Run them before the connections that will be shaped are opened."""
+    return [[*exec_in(netns), "ip", "link", "set", "dev", dev, "gso_max_segs", str(GSO_MAX_SEGS)]]
+
+
+def clear_commands(dev: str, netns: str | None = None) -> list[list[str]]:
+    """Remove ``dev``'s root qdisc (and with it all shaping); fails if there is none."""
+    return [[*exec_in(netns), "tc", "qdisc", "del", "dev", dev, "root"]]
+
+
+def format_command(argv: Sequence[str]) -> str:
+    """One shell-quoted line for logs and ``tc_commands.txt``."""
+    return shlex.join(list(argv))

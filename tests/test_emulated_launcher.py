@@ -1,0 +1,134 @@
+"""``decobench run --backend emulated`` end to end, as root (CI runs as root): namespaces,
+shaped links, the probe, the trace player, two real ranks, teardown; and a killed rank."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmark.cli import main
+from benchmark.config import RunConfig
+from benchmark.errors import DecobenchError
+from benchmark.rundir import read_metrics, read_summary
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"),
+    reason="the emulated backend needs root with ip and tc (CI runs as root)")
+
+
+def _namespaces() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def _args(fmnist_root, out, method, iters=6):
+    return ["run", "--backend", "emulated", "--task", "cnn-fmnist", "--profile", "cpu",
+            "--workers", "2", "--trace", "constant-20mbps-100ms", "--max-iters", str(iters),
+            "--eval-every", str(iters), "--data-root", str(fmnist_root), "--out", str(out),
+            "--no-wandb", "--no-progress", *method]
+
+
+@needs_root
+@pytest.mark.parametrize("method", [["--method", "d-sgd"], ["--method", "deco-sgd"]],
+                         ids=["d-sgd", "deco-sgd"])
+def test_two_worker_emulated_run(tmp_path, fmnist_root, method):
+    before = _namespaces()
+    out = tmp_path / "run"
+    assert main(_args(fmnist_root, out, method)) == 0
+    summary = read_summary(out)
+    assert (summary["backend"], summary["time_basis"], summary["status"]) == (
+        "emulated", "measured", "finished")
+    assert summary["iterations"] == 6 and summary["topology"] == "ring"
+    rows = read_metrics(out)
+    assert len(rows) == 6 and rows[-1]["sim_time_s"] > 0
+    probe = json.loads((out / "network_probe.json").read_text())
+    assert any(" tbf " in c or " htb " in c for c in probe["tc_commands"])
+    for link in probe["links"]:
+        assert abs(link["measured_mbps"] - 20.0) / 20.0 <= 0.10
+    assert (out / "tc_commands.txt").read_text().count("tc qdisc add") >= 2
+    config = (out / "config.yaml").read_text()
+    assert "time_basis: measured" in config and "latency_mechanism:" in config
+    if method[1] == "d-sgd":
+        # a dense fp32 message of 32·454,922 bits over a 20 Mbit/s ring (h = 1 for n = 2)
+        # takes 0.73 s, plus l·b = 2 · 0.1 s: an iteration cannot be faster than that
+        per_iteration = (rows[-1]["sim_time_s"] - rows[0]["sim_time_s"]) / 5
+        assert per_iteration > 0.8
+    assert _namespaces() == before, "namespaces left behind"
+
+
+def _rank_pid(out: Path, rank: int, deadline: float) -> int:
+    while time.monotonic() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if (b"benchmark.emulated" in cmdline and str(out).encode() in cmdline
+                    and f"RANK={rank}".encode() in environ):
+                return int(pid)
+        time.sleep(0.2)
+    raise AssertionError(f"rank {rank} never started")
+
+
+@needs_root
+def test_killed_worker_fails_the_run_naming_the_lost_rank(tmp_path, fmnist_root):
+    before = _namespaces()
+    out = tmp_path / "run"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "benchmark.cli", *_args(fmnist_root, out, ["--method", "d-sgd"],
+                                                         iters=500)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 180
+    victim = _rank_pid(out, 1, deadline)
+    partial = out / "metrics.jsonl.partial"
+    while time.monotonic() < deadline and (
+            not partial.exists() or partial.read_text().count("\n") < 3):
+        time.sleep(0.2)
+    os.kill(victim, signal.SIGKILL)
+    killed_at = time.monotonic()
+    output, _ = launcher.communicate(timeout=120)
+    assert time.monotonic() - killed_at < 60, output
+    assert launcher.returncode != 0
+    assert "lost rank 1" in output, output
+    failure = json.loads((out / "failure.json").read_text())
+    assert failure["status"] == "failed" and failure["lost_ranks"] == [1]
+    assert not (out / "summary.json").exists()
+    assert _namespaces() == before, "namespaces left behind"
+
+
+def test_methods_without_an_emulated_implementation_fail_before_anything(tmp_path):
+    from benchmark.emulated.launcher import check_emulation
+    from benchmark.runner import prepare
+
+    run = prepare(RunConfig(task="cnn-fmnist", method="accordion", workers=2, backend="emulated",
+                            trace="constant-20mbps-100ms", out=str(tmp_path / "x")))
+    with pytest.raises(DecobenchError, match="no emulated implementation"):
+        check_emulation(run)
+    assert not (tmp_path / "x").exists()
+
+
+def test_not_root_is_a_clear_error(tmp_path, monkeypatch):
+    from benchmark.emulated.launcher import check_emulation
+    from benchmark.runner import prepare
+
+    run = prepare(RunConfig(task="cnn-fmnist", method="d-sgd", workers=2, backend="emulated",
+                            trace="constant-20mbps-100ms", out=str(tmp_path / "x")))
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(DecobenchError, match="needs root"):
+        check_emulation(run)
+
+
+def test_emulated_runs_default_to_ring_topology():
+    emulated = RunConfig(task="cnn-fmnist", method="d-sgd", backend="emulated",
+                         trace="constant-20mbps-100ms")
+    assert emulated.topology == "ring"
+    assert RunConfig(task="cnn-fmnist", method="d-sgd", trace="x").topology == "paper"
+    assert RunConfig(task="cnn-fmnist", method="d-sgd", backend="emulated", topology="paper",
+                     trace="x").topology == "paper"

@@ -1,0 +1,157 @@
+"""netem.tc: the tc command lines for one link (pure; no root needed)."""
+
+import math
+
+import pytest
+
+from benchmark.errors import DecobenchError
+from netem.tc import (
+    FRAME_BYTES,
+    QUEUE_FLOOR_BYTES,
+    TCP_FRAMING_FACTOR,
+    LinkSetting,
+    burst_bytes,
+    clear_commands,
+    device_commands,
+    format_command,
+    netem_limit_packets,
+    queue_limit_bytes,
+    shaping_commands,
+    tc_rate_bps,
+)
+
+S = LinkSetting(rate_bps=20e6, latency_s=0.1)
+# 20 Mbit/s goodput -> 20e6 * 1514/1448 = 20911602.2 bit/s on the wire
+R = 20911602
+CLASSES_ADD = [
+    "tc class add dev eth0 parent 1: classid 1:1 htb rate 20911602bit ceil 20911602bit "
+    "burst 10456 cburst 10456 quantum 1514",
+    "tc class add dev eth0 parent 1:1 classid 1:10 htb rate 1045580bit ceil 20911602bit "
+    "burst 10456 cburst 10456 prio 0 quantum 1514",
+    "tc class add dev eth0 parent 1:1 classid 1:20 htb rate 19866022bit ceil 20911602bit "
+    "burst 10456 cburst 10456 prio 1 quantum 1514",
+]
+ROOT_ADD = "tc qdisc add dev eth0 root handle 1: htb default 20"
+FILTER_ADD = (
+    "tc filter add dev eth0 parent 1: protocol ip prio 1 u32 match u16 0x0000 0xff80 at 2 "
+    "flowid 1:10"
+)
+
+
+def lines(commands):
+    return [format_command(c) for c in commands]
+
+
+def test_framing_factor_is_tcp_at_mtu_1500():
+    assert TCP_FRAMING_FACTOR == 1514 / 1448
+    assert tc_rate_bps(S) == R
+    assert tc_rate_bps(S, framing_factor=1.0) == 20_000_000
+    with pytest.raises(ValueError, match="framing_factor"):
+        tc_rate_bps(S, framing_factor=0.9)
+
+
+def test_burst_and_bdp_queue_rules():
+    # one 4 ms tick of bytes at 20.9 Mbit/s: 20911602/8/250 = 10455.8 -> 10456
+    assert burst_bytes(R) == 10456
+    # at 1 Mbit/s a tick is 500 bytes: two full frames win
+    assert burst_bytes(1e6) == 2 * FRAME_BYTES
+    # BDP: 20911602/8 * (2*0.1 + 0.05) = 653487.6 -> 653488
+    assert queue_limit_bytes(R, 0.1) == 653488
+    # no latency: 20911602/8 * 0.05 = 130697.5 -> 130698 (above the 64-frame floor)
+    assert queue_limit_bytes(R, 0.0) == 130698
+    assert queue_limit_bytes(1e6, 0.0) == QUEUE_FLOOR_BYTES == 64 * 1514
+    # netem leaf: (653488 + 20911602/8*0.1) / 1514 = 604.2 -> 605 packets
+    assert netem_limit_packets(R, 0.1) == math.ceil((653488 + R / 8 * 0.1) / 1514) == 605
+
+
+def test_netem_add_commands():
+    got = lines(shaping_commands("eth0", S, "netem", "add"))
+    assert got == [
+        ROOT_ADD,
+        *CLASSES_ADD,
+        "tc qdisc add dev eth0 parent 1:10 handle 10: netem delay 100000us limit 1000",
+        "tc qdisc add dev eth0 parent 1:20 handle 20: netem delay 100000us limit 605",
+        FILTER_ADD,
+    ]
+
+
+def test_comm_layer_add_commands_have_no_delay():
+    got = lines(shaping_commands("eth0", S, "comm-layer", "add"))
+    assert got == [
+        ROOT_ADD,
+        *CLASSES_ADD,
+        "tc qdisc add dev eth0 parent 1:10 handle 10: pfifo limit 1000",
+        # the kernel adds no latency, but the queue is sized from the emulated path's
+        # BDP: 20911602/8 * (2 * 0.1 + 0.05) = 653487.6 -> 653488 bytes
+        "tc qdisc add dev eth0 parent 1:20 handle 20: bfifo limit 653488",
+        FILTER_ADD,
+    ]
+    assert not any("netem" in line for line in got)
+
+
+@pytest.mark.parametrize("mechanism", ["netem", "comm-layer"])
+def test_change_updates_classes_and_leaves_in_place(mechanism):
+    add = shaping_commands("eth0", S, mechanism, "add")
+    change = shaping_commands("eth0", S, mechanism, "change")
+    # change = the add commands for classes and leaves with "change"; no root, no filter
+    expected = [[("change" if w == "add" else w) for w in argv] for argv in add[1:-1]]
+    assert change == expected
+    assert all(argv[2] == "change" for argv in change)
+    assert not any(w in ("add", "del", "delete", "replace") for argv in change for w in argv)
+
+
+def test_change_to_a_new_setting():
+    got = lines(shaping_commands("eth0", LinkSetting(5e6, 0.02), "netem", "change"))
+    r = round(5e6 * 1514 / 1448)  # 5227901
+    assert got[0] == (
+        f"tc class change dev eth0 parent 1: classid 1:1 htb rate {r}bit ceil {r}bit "
+        "burst 3028 cburst 3028 quantum 1514"
+    )
+    assert got[4].startswith("tc qdisc change dev eth0 parent 1:20 handle 20: netem delay 20000us")
+
+
+def test_netns_and_framing_options():
+    got = shaping_commands("eth0", S, "comm-layer", "add", framing_factor=1.0, netns="ns1")
+    assert all(argv[:5] == ["ip", "netns", "exec", "ns1", "tc"] for argv in got)
+    assert "20000000bit" in got[1]
+    assert device_commands("eth0", "ns1") == [
+        ["ip", "netns", "exec", "ns1", "ip", "link", "set", "dev", "eth0", "gso_max_segs", "16"]
+    ]
+    assert clear_commands("eth0") == [["tc", "qdisc", "del", "dev", "eth0", "root"]]
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="latency mechanism"):
+        shaping_commands("eth0", S, "kernel", "add")
+    with pytest.raises(ValueError, match="tc action"):
+        shaping_commands("eth0", S, "netem", "delete")
+    with pytest.raises(ValueError, match="device"):
+        shaping_commands("", S, "netem", "add")
+
+
+@pytest.mark.parametrize(
+    "rate, latency, message",
+    [
+        (0, 0.1, "rate_bps"),
+        (-1, 0.1, "rate_bps"),
+        (math.inf, 0.1, "rate_bps"),
+        (1e6, -0.001, "latency_s"),
+        (1e6, math.nan, "latency_s"),
+    ],
+)
+def test_link_setting_validation(rate, latency, message):
+    with pytest.raises(DecobenchError, match=message) as info:
+        LinkSetting(rate, latency)
+    assert isinstance(info.value, ValueError)
+
+
+def test_link_setting_zero_latency_and_describe():
+    s = LinkSetting(20e6, 0)
+    assert s.latency_s == 0.0 and isinstance(s.rate_bps, float)
+    assert LinkSetting(20e6, 0.1).describe() == "20 Mbit/s, 100 ms"
+
+
+def test_format_command_quotes():
+    assert format_command(["ip", "link", "set", "lo", "alias", "a b"]) == (
+        "ip link set lo alias 'a b'"
+    )

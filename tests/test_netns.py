@@ -1,0 +1,308 @@
+"""netem.netns: namespace topology, teardown, cleanup, latency-mechanism resolution."""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from benchmark.errors import DecobenchError
+from netem import netns
+from netem.netns import (
+    CommandError,
+    NamespaceNetwork,
+    NetworkPlan,
+    cleanup_stale,
+    kernel_has_netem,
+    list_namespaces,
+    owner_alive,
+    owner_tag,
+    require_root,
+    resolve_latency_mechanism,
+)
+from netem.tc import LinkSetting
+
+S = LinkSetting(rate_bps=20e6, latency_s=0.05)
+
+
+@pytest.fixture
+def root():
+    """Skip unless we can create namespaces and shape links."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (CAP_NET_ADMIN) to create network namespaces")
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        pytest.skip("needs the ip and tc commands (iproute2)")
+
+
+class FakeRunner:
+    """Records commands; fails those containing ``fail_on`` with ``stderr``."""
+
+    def __init__(self, fail_on=None, stderr="boom"):
+        self.calls = []
+        self.fail_on = fail_on
+        self.stderr = stderr
+
+    def run(self, argv):
+        argv = list(argv)
+        self.calls.append(argv)
+        if self.fail_on and self.fail_on in " ".join(argv):
+            raise CommandError(argv, 2, self.stderr)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    def lines(self):
+        return [" ".join(a) for a in self.calls]
+
+
+# --------------------------------------------------------------------------------- plan
+def test_plan_names_and_addresses():
+    plan = NetworkPlan(workers=3, prefix="dcbab12f", subnet_octet=7)
+    assert plan.bridge_namespace == "dcbab12f-br"
+    assert plan.bridge_device == "dcbab12fbr"
+    assert [plan.worker_namespace(i) for i in range(3)] == [
+        "dcbab12f-w0",
+        "dcbab12f-w1",
+        "dcbab12f-w2",
+    ]
+    assert plan.peer_device(2) == "dcbab12fw2"
+    assert [plan.worker_address(i) for i in range(3)] == ["10.77.7.1", "10.77.7.2", "10.77.7.3"]
+    assert plan.namespaces[0] == "dcbab12f-br"
+    with pytest.raises(IndexError):
+        plan.worker_namespace(3)
+
+
+def test_plan_new_is_unique_and_short():
+    plans = [NetworkPlan.new(workers=4) for _ in range(20)]
+    prefixes = {p.prefix for p in plans}
+    assert len(prefixes) > 15  # 5 random hex digits
+    for p in plans:
+        assert p.prefix.startswith("dcb") and len(p.prefix) == 8
+        assert p.subnet_octet == int(p.prefix[3:], 16) % 256
+        assert len(p.peer_device(3)) <= 15
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"workers": 0, "prefix": "dcb00000", "subnet_octet": 0}, "1 to 254 workers"),
+        ({"workers": 255, "prefix": "dcb00000", "subnet_octet": 0}, "1 to 254 workers"),
+        ({"workers": 2, "prefix": "Dcb-1", "subnet_octet": 0}, "lowercase"),
+        ({"workers": 2, "prefix": "dcbverylongprefix", "subnet_octet": 0}, "too long"),
+        ({"workers": 2, "prefix": "dcb00000", "subnet_octet": 256}, "subnet_octet"),
+    ],
+)
+def test_plan_validation(kwargs, message):
+    with pytest.raises(DecobenchError, match=message):
+        NetworkPlan(**kwargs)
+
+
+# -------------------------------------------------------------------------- fake runner
+def test_command_sequence_with_fake_runner():
+    runner = FakeRunner()
+    plan = NetworkPlan(workers=2, prefix="dcb00001", subnet_octet=1)
+    with NamespaceNetwork(plan, S, "comm-layer", runner=runner) as net:
+        created = runner.lines()
+        assert net.exec_prefix(1) == ["ip", "netns", "exec", "dcb00001-w1"]
+        assert net.worker_address(0) == "10.77.1.1"
+        assert net.worker_device(1) == "eth0"
+        net.apply(LinkSetting(10e6, 0.05))
+        changed = runner.lines()[len(created) :]
+    tag = owner_tag()
+    assert created[:5] == [
+        "ip netns add dcb00001-br",
+        f"ip -n dcb00001-br link set lo alias {tag}",
+        "ip -n dcb00001-br link set lo up",
+        "ip -n dcb00001-br link add dcb00001br type bridge",
+        "ip -n dcb00001-br link set dcb00001br up",
+    ]
+    worker0 = created[5 : 5 + 16]
+    assert worker0[:10] == [
+        "ip netns add dcb00001-w0",
+        f"ip -n dcb00001-w0 link set lo alias {tag}",
+        "ip -n dcb00001-w0 link set lo up",
+        "ip -n dcb00001-br link add dcb00001w0 type veth peer name eth0 netns dcb00001-w0",
+        "ip -n dcb00001-br link set dcb00001w0 master dcb00001br",
+        "ip -n dcb00001-br link set dcb00001w0 up",
+        "ip -n dcb00001-w0 addr add 10.77.1.1/24 dev eth0",
+        "ip netns exec dcb00001-w0 ip link set dev eth0 gso_max_segs 16",
+        "ip -n dcb00001-w0 link set eth0 up",
+        "ip netns exec dcb00001-w0 tc qdisc add dev eth0 root handle 1: htb default 20",
+    ]
+    assert all(line.startswith("ip netns exec dcb00001-w0 tc ") for line in worker0[9:])
+    assert len(created) == 5 + 2 * 16
+    # apply: 5 in-place changes per worker, nothing added or deleted
+    assert len(changed) == 10
+    assert all(" change " in line for line in changed)
+    assert [line.split()[3] for line in changed] == ["dcb00001-w0"] * 5 + ["dcb00001-w1"] * 5
+    # teardown: namespaces deleted, workers first
+    assert runner.lines()[-3:] == [
+        "ip netns del dcb00001-w1",
+        "ip netns del dcb00001-w0",
+        "ip netns del dcb00001-br",
+    ]
+    # the log: every command with a timestamp, and the tc ones on their own
+    assert len(net.commands) == len(runner.calls)
+    assert net.commands[0].split(None, 1)[1] == "ip netns add dcb00001-br"
+    assert len(net.tc_commands) == 2 * 7 + 10
+    assert all(c.startswith("ip netns exec dcb00001-w") for c in net.tc_commands)
+    assert sum("tc qdisc add" in c for c in net.tc_commands) == 2 * 3
+
+
+def test_failure_during_setup_tears_down_and_names_the_command():
+    runner = FakeRunner(fail_on="netns add dcb00002-w1", stderr="File exists")
+    plan = NetworkPlan(workers=2, prefix="dcb00002", subnet_octet=2)
+    with pytest.raises(CommandError, match=r"ip netns add dcb00002-w1: File exists"):
+        with NamespaceNetwork(plan, S, "netem", runner=runner):
+            pytest.fail("not reached")
+    deletes = [line for line in runner.lines() if " del " in line]
+    assert deletes == ["ip netns del dcb00002-w0", "ip netns del dcb00002-br"]
+
+
+def test_exception_in_block_tears_down_and_teardown_is_idempotent():
+    runner = FakeRunner()
+    plan = NetworkPlan(workers=1, prefix="dcb00003", subnet_octet=3)
+    net = NamespaceNetwork(plan, S, "comm-layer", runner=runner)
+    with pytest.raises(RuntimeError):
+        with net:
+            raise RuntimeError("training crashed")
+    n = len(runner.calls)
+    assert runner.lines()[-2:] == ["ip netns del dcb00003-w0", "ip netns del dcb00003-br"]
+    net.teardown()
+    assert len(runner.calls) == n
+    with pytest.raises(DecobenchError, match="not up"):
+        net.apply(S)
+
+
+def test_unknown_mechanism_is_rejected():
+    with pytest.raises(DecobenchError, match="resolve_latency_mechanism"):
+        NamespaceNetwork(NetworkPlan.new(1), S, "auto", runner=FakeRunner())
+
+
+def test_resolve_latency_mechanism_with_injected_detection():
+    assert resolve_latency_mechanism("auto", has_netem=lambda: True) == "netem"
+    assert resolve_latency_mechanism("auto", has_netem=lambda: False) == "comm-layer"
+    assert resolve_latency_mechanism("netem", has_netem=lambda: True) == "netem"
+    assert resolve_latency_mechanism("comm-layer", has_netem=lambda: 1 / 0) == "comm-layer"
+    with pytest.raises(DecobenchError, match="lacks sch_netem.*--latency-mechanism comm-layer"):
+        resolve_latency_mechanism("netem", has_netem=lambda: False)
+    with pytest.raises(DecobenchError, match="choose one of auto, netem, comm-layer"):
+        resolve_latency_mechanism("kernel", has_netem=lambda: True)
+
+
+def test_kernel_has_netem_with_fake_runner_cleans_up():
+    runner = FakeRunner(fail_on="root netem", stderr="Error: Specified qdisc kind is unknown.")
+    assert kernel_has_netem(runner) is False
+    assert runner.calls[-1][:3] == ["ip", "netns", "del"]
+    runner = FakeRunner()
+    assert kernel_has_netem(runner) is True
+    assert runner.calls[-1][:3] == ["ip", "netns", "del"]
+
+
+def test_require_root_messages(monkeypatch):
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
+    with pytest.raises(DecobenchError, match=r"needs root \(CAP_NET_ADMIN\).*simulated backend"):
+        require_root()
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(netns.shutil, "which", lambda tool: None if tool == "tc" else "/x")
+    with pytest.raises(DecobenchError, match="`tc` command.*iproute2"):
+        require_root()
+
+
+def test_owner_tags():
+    assert owner_alive(owner_tag())
+    assert not owner_alive(None)
+    assert not owner_alive("something else")
+    assert not owner_alive(owner_tag().replace("start=", "start=9"))
+
+
+# ------------------------------------------------------------------------- real network
+def _namespaces():
+    return set(list_namespaces(netns.SubprocessRunner()))
+
+
+def test_real_network_up_and_down(root):
+    plan = NetworkPlan.new(workers=2)
+    with NamespaceNetwork(plan, S, "comm-layer") as net:
+        assert set(plan.namespaces) <= _namespaces()
+        out = subprocess.run(
+            net.exec_prefix(1) + ["ip", "-4", "-o", "addr", "show", "dev", "eth0"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert f"{plan.worker_address(1)}/24" in out
+        qdiscs = subprocess.run(
+            ["tc", "-n", plan.worker_namespace(0), "qdisc", "show", "dev", "eth0"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert "htb 1: root" in qdiscs and "bfifo 20:" in qdiscs
+        net.apply(LinkSetting(10e6, 0.05))
+        classes = subprocess.run(
+            ["tc", "-n", plan.worker_namespace(1), "class", "show", "dev", "eth0"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert "rate 10455Kbit" in classes  # 10 Mbit/s x 1514/1448
+    assert not set(plan.namespaces) & _namespaces()
+
+
+def test_real_network_torn_down_after_exception(root):
+    plan = NetworkPlan.new(workers=1)
+    with pytest.raises(RuntimeError):
+        with NamespaceNetwork(plan, S, "comm-layer"):
+            assert set(plan.namespaces) <= _namespaces()
+            raise RuntimeError("boom")
+    assert not set(plan.namespaces) & _namespaces()
+
+
+def test_cleanup_stale_removes_a_killed_runs_namespaces_only(root):
+    plan = NetworkPlan.new(workers=1)
+    # a run that dies without tearing down (like SIGKILL)
+    script = textwrap.dedent(f"""
+        import os
+        from netem.netns import NamespaceNetwork, NetworkPlan
+        from netem.tc import LinkSetting
+        NamespaceNetwork(NetworkPlan.new(1, prefix={plan.prefix!r}),
+                         LinkSetting(1e6, 0), "comm-layer").create()
+        os._exit(0)
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True)
+    assert set(plan.namespaces) <= _namespaces()
+    live = NetworkPlan.new(workers=1)
+    with NamespaceNetwork(live, S, "comm-layer"):
+        pattern = f"{plan.prefix}-*"
+        assert sorted(cleanup_stale(pattern)) == sorted(plan.namespaces)
+        assert not set(plan.namespaces) & _namespaces()
+        # a running network is kept unless asked
+        assert cleanup_stale(f"{live.prefix}-*") == []
+        assert set(live.namespaces) <= _namespaces()
+        assert sorted(cleanup_stale(f"{live.prefix}-*", include_live=True)) == sorted(
+            live.namespaces
+        )
+    # teardown after the namespaces vanished is fine
+    assert not set(live.namespaces) & _namespaces()
+
+
+def test_cleanup_cli(root):
+    proc = subprocess.run(
+        [sys.executable, "-m", "netem.netns", "--cleanup", "--pattern", "dcbzzzzz-*"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "0 namespace(s) deleted" in proc.stdout
+
+
+def test_resolve_latency_mechanism_on_this_kernel(root):
+    has = kernel_has_netem()
+    assert resolve_latency_mechanism("auto") == ("netem" if has else "comm-layer")
+    if has:
+        assert resolve_latency_mechanism("netem") == "netem"
+    else:
+        with pytest.raises(DecobenchError, match="lacks sch_netem"):
+            resolve_latency_mechanism("netem")
+    assert not any(ns.endswith("-nt") for ns in _namespaces())
