@@ -97,7 +97,7 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--profile", default=S, help="task profile (default 'paper')")
     g.add_argument("--topology", choices=["paper", "ring"], default=S,
                    help="time-model topology factors: paper (h = l = 1, default) or ring "
-                   "(ring all-gather / all-reduce)")
+                   "(ring all-gather / all-reduce; the default with --backend emulated)")
     g.add_argument("--compute-time", choices=["profile", "measured"], default=S,
                    help="per-iteration compute time T: the profile's fixed value in seconds "
                    "(default) or measured wall time")

@@ -171,7 +171,7 @@ def run_rank(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings
              show_progress: bool = True,
              tracker_factory: TrackerFactory | None = None) -> dict[str, Any] | None:
     """Train this rank; rank 0 writes the run directory and returns the summary."""
-    config, task = run.config, run.task
+    config = run.config
     if env.world_size != config.workers:
         raise DecobenchError(f"the run asks for --workers {config.workers} but "
                              f"{env.world_size} processes were started (WORLD_SIZE)")
@@ -364,7 +364,11 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
         comm.close(drain=True)
         dist.barrier()
     except BaseException as exc:
-        comm.close(drain=False) if not isinstance(exc, PeerLost) else None
+        if not isinstance(exc, PeerLost):
+            try:
+                comm.close(drain=False)
+            except BaseException:  # noqa: BLE001 - the first error is the one to report
+                pass
         if rundir is not None:
             rundir.abandon_metrics()
             assert tracker is not None
