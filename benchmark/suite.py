@@ -294,12 +294,21 @@ def write_constant_traces(suite: Suite, traces_dir: Path) -> None:
                         comment=f"suite {suite.name}: condition {name}")
 
 
+EMULATION_ONLY: tuple[str, ...] = ("latency_mechanism", "emulation_timeout_s", "skip_probe")
+"""RunConfig fields that only the emulated backend reads."""
+
+
 def identity(config: RunConfig) -> str:
     """SHA-256 of the resolved config without paths that do not change the computation
     (:data:`IDENTITY_EXCLUDED`); a trace file counts by its content, not its path."""
     from netem.trace import resolve_trace_path
 
     values = config.model_dump(exclude=set(IDENTITY_EXCLUDED))
+    if config.backend == "simulated":
+        # emulation-only settings change nothing on the simulated clock, and leaving them
+        # out keeps the identities of runs made before the emulated backend existed
+        for key in EMULATION_ONLY:
+            values.pop(key, None)
     if config.trace is not None:
         values["trace"] = hashlib.sha256(resolve_trace_path(config.trace).read_bytes()).hexdigest()
     blob = json.dumps(values, sort_keys=True, separators=(",", ":"), default=str)

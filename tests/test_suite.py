@@ -130,3 +130,17 @@ def test_shipped_suite_axes():
     assert scaling.experiments[0].workers == [4, 8, 16]
     theory, _ = load_suite("theory")
     assert any(m.grid for m in theory.experiments[0].method_entries())
+
+
+def test_emulation_only_settings_do_not_change_a_simulated_runs_identity():
+    from benchmark.config import RunConfig
+    from benchmark.suite import identity
+
+    base = dict(task="cnn-fmnist", method="d-sgd", trace="constant-20mbps-100ms")
+    plain = identity(RunConfig(**base))
+    assert identity(RunConfig(**base, latency_mechanism="comm-layer", skip_probe=True,
+                              emulation_timeout_s=30)) == plain
+    # the identity a simulated run had before the emulated backend existed (commit 0e54d59):
+    # a new RunConfig field must not re-run finished sweeps unless it changes the result
+    assert plain == "a343fd3193abb82856f92658387ef3635fa8fde9a708fb32411b6619ce9a3464"
+    assert identity(RunConfig(**base, backend="emulated")) != plain
