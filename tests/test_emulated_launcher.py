@@ -132,3 +132,22 @@ def test_emulated_runs_default_to_ring_topology():
     assert RunConfig(task="cnn-fmnist", method="d-sgd", trace="x").topology == "paper"
     assert RunConfig(task="cnn-fmnist", method="d-sgd", backend="emulated", topology="paper",
                      trace="x").topology == "paper"
+
+
+def test_the_trace_players_changes_are_written_to_the_run_directory(tmp_path):
+    from benchmark.emulated.launcher import _stop_player
+    from netem.player import PlayedChange
+    from netem.tc import LinkSetting
+
+    class Player:
+        records = [PlayedChange(planned_s=0.0, actual_s=0.002, apply_s=0.01,
+                                setting=LinkSetting(rate_bps=20e6, latency_s=0.1)),
+                   PlayedChange(planned_s=5.0, actual_s=5.003, apply_s=0.02,
+                                setting=LinkSetting(rate_bps=5e6, latency_s=0.2))]
+
+        def stop(self):
+            return self.records
+
+    _stop_player(Player(), tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "trace_player.jsonl").read_text().splitlines()]
+    assert [(r["planned_s"], r["setting"]["rate_bps"]) for r in rows] == [(0.0, 20e6), (5.0, 5e6)]

@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -272,25 +273,9 @@ def _stop(process: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
 
 
 def _stop_player(player: Any, out: Path) -> None:
+    """Stop the player and write each change it applied to ``trace_player.jsonl``."""
     try:
         player.stop()
     finally:
-        changes = getattr(player, "applied", None) or getattr(player, "changes", None) or []
         write_text_atomic(out / "trace_player.jsonl", "".join(
-            json.dumps(_change_row(c)) + "\n" for c in changes))
-
-
-def _change_row(change: Any) -> dict[str, Any]:
-    if hasattr(change, "_asdict"):
-        return {k: _plain(v) for k, v in change._asdict().items()}
-    if hasattr(change, "__dataclass_fields__"):
-        return {k: _plain(getattr(change, k)) for k in change.__dataclass_fields__}
-    return {"change": _plain(change)}
-
-
-def _plain(value: Any) -> Any:
-    if hasattr(value, "__dataclass_fields__"):
-        return {k: _plain(getattr(value, k)) for k in value.__dataclass_fields__}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
+            json.dumps(dataclasses.asdict(change)) + "\n" for change in player.records))
