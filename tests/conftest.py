@@ -1,5 +1,7 @@
-"""Shared fixtures: the offline data slices in ../shared/data."""
+"""Shared fixtures: the offline data slices in ../shared/data; root for network namespaces."""
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -22,3 +24,12 @@ def _wandb_off_unless_asked(monkeypatch):
     wandb process) except those that set WANDB_MODE=offline themselves to check it."""
     monkeypatch.setenv("WANDB_MODE", "disabled")
     monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+@pytest.fixture
+def root():
+    """Skip unless we can create network namespaces and shape links (CI runs as root)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (CAP_NET_ADMIN) to create network namespaces")
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        pytest.skip("needs the ip and tc commands (iproute2)")

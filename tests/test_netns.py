@@ -1,7 +1,5 @@
 """netem.netns: namespace topology, teardown, cleanup, latency-mechanism resolution."""
 
-import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -25,15 +23,6 @@ from netem.netns import (
 from netem.tc import LinkSetting
 
 S = LinkSetting(rate_bps=20e6, latency_s=0.05)
-
-
-@pytest.fixture
-def root():
-    """Skip unless we can create namespaces and shape links."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root (CAP_NET_ADMIN) to create network namespaces")
-    if shutil.which("ip") is None or shutil.which("tc") is None:
-        pytest.skip("needs the ip and tc commands (iproute2)")
 
 
 class FakeRunner:

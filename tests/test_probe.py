@@ -1,8 +1,6 @@
 """netem.probe: the pre-training link probe (real namespaces when root) and its report."""
 
 import json
-import os
-import shutil
 
 import pytest
 
@@ -20,14 +18,6 @@ from netem.probe import (
 from netem.tc import LinkSetting
 
 REQUEST = LinkSetting(rate_bps=20e6, latency_s=0.05)
-
-
-@pytest.fixture
-def root():
-    if os.geteuid() != 0:
-        pytest.skip("needs root (CAP_NET_ADMIN) to create network namespaces")
-    if shutil.which("ip") is None or shutil.which("tc") is None:
-        pytest.skip("needs the ip and tc commands (iproute2)")
 
 
 def link(mechanism, bytes_per_s, rtt_s, setting=REQUEST, tolerance=0.1):
