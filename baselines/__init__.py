@@ -7,7 +7,8 @@ method cards in ``docs/methods/``.
 
 from baselines.accordion import ACCORDION_SPEC
 from baselines.cocktail import COCKTAIL_SGD_SPEC
+from baselines.cocktail_topk import COCKTAIL_TOPK_SPEC
 from baselines.dga import DGA_SPEC
 from baselines.dsgd import DSGD_SPEC
 
-BASELINE_SPECS = (DSGD_SPEC, ACCORDION_SPEC, DGA_SPEC, COCKTAIL_SGD_SPEC)
+BASELINE_SPECS = (DSGD_SPEC, ACCORDION_SPEC, DGA_SPEC, COCKTAIL_SGD_SPEC, COCKTAIL_TOPK_SPEC)

@@ -1,4 +1,8 @@
-"""CocktailSGD (Wang et al., ICML 2023) as the DeCo paper runs it (baselines.md "CocktailSGD").
+"""CocktailSGD (Wang et al., ICML 2023) with its own compressor (baselines.md "CocktailSGD").
+
+Not the DeCo paper's "CocktailSGD" row: the paper ran all baselines with Top-k (appendix
+C.2), i.e. :mod:`baselines.cocktail_topk`. This is the original's compressor at the same
+frozen (δ, τ):
 
 DD-EF-SGD (deco-sgd.md §2) with the compressor C = Quant_b ∘ TopK_r ∘ RandSample_p of
 :mod:`baselines.cocktail_compressor` in place of global Top-k:
@@ -8,7 +12,7 @@ with a static (δ, τ) equal to DeCo's FIRST plan: iteration 0 is the probe (δ 
 ``initial_delta``, τ = 0), exactly as in DeCo-SGD; the first plan is made from its
 measurement and then never changes (``PLAN_ONCE``). DeCo's planner sizes δ with Top-k's
 wire bits; CocktailSGD then sends its own, smaller, quantised messages and the clock charges
-those bits: that is how the DeCo paper compares the two.
+those bits.
 
 Decisions of this project:
 - ``cocktail_reference_defaults`` runs the reference's own recipe instead of the first plan:

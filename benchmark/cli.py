@@ -2,7 +2,8 @@
 
 Subcommands: ``run`` (one training run), ``sweep`` (a suite of runs, in parallel and
 resumable), ``report`` (tables and figures of finished runs), ``plan`` (DeCo's (δ, τ) for
-given conditions), ``trace`` (generate, validate, convert, plot traces). Bad input ends
+given conditions), ``trace`` (generate, validate, convert, plot traces), ``data`` (build the
+offline CIFAR-10 and ImageNet stand-ins, :mod:`benchmark.tasks.standins`). Bad input ends
 with one ``decobench: error: ...`` line and exit status 2.
 """
 
@@ -56,6 +57,10 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
                    "compute time); with --latency-ratio, instead of --trace")
     g.add_argument("--latency-ratio", type=float, default=S, metavar="LAMBDA",
                    help="constant network with one-way latency b = LAMBDA·T")
+    g.add_argument("--ratio-shape", default=S, metavar="TRACE",
+                   help="with the ratios: vary the network like TRACE (name or CSV) around "
+                   "those means, its times as the task's paper profile sees them (the "
+                   "report's regime map uses the task's deco52-* trace)")
     g.add_argument("--trace-loop", action="store_true", default=S,
                    help="loop the trace instead of holding its last row")
     g.add_argument("--target", type=float, default=S,
@@ -95,6 +100,10 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--skip-probe", action="store_true", default=S,
                    help="emulated: do not measure the shaped links before training")
     g.add_argument("--profile", default=S, help="task profile (default 'paper')")
+    g.add_argument("--init", choices=["scratch", "pretrained"], default=S,
+                   help="model initialisation: scratch (default) or pretrained: published "
+                   "weights, downloaded on first use (paper profiles of vit-imagenet and "
+                   "gpt2-wikitext only; see docs/tasks/)")
     g.add_argument("--topology", choices=["paper", "ring"], default=S,
                    help="time-model topology factors: paper (h = l = 1, default) or ring "
                    "(ring all-gather / all-reduce; the default with --backend emulated)")
@@ -106,6 +115,16 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
                    "profile's (e.g. the time your GPU takes for one batch)")
     g.add_argument("--eval-every", type=int, default=S, metavar="E",
                    help="evaluate every E iterations (default: the profile's)")
+    g.add_argument("--fine-eval-every", type=int, default=S, metavar="E_F",
+                   help="near a target, evaluate every E_F iterations instead of E, so time to "
+                   "target is bracketed finely (summary.json: ttt_resolution_s); default off")
+    g.add_argument("--fine-eval-margin", type=float, default=S, metavar="M",
+                   help="relative distance to a target where --fine-eval-every takes over: "
+                   "accuracy >= target·(1 − M), perplexity <= target·(1 + M) (default 0.05)")
+    g.add_argument("--milestone", dest="milestones", type=float, action="append", default=S,
+                   metavar="TARGET", help="another target whose first time is recorded "
+                   "(summary.json: milestones) without stopping the run; repeatable, e.g. "
+                   "--target 0.8 --milestone 0.7")
     g.add_argument("--batch-size", type=int, default=S, help="per-worker batch size")
     g.add_argument("--lr", type=float, default=S, help="step size γ")
     g.add_argument("--momentum", type=float, default=S, help="momentum μ after aggregation")
@@ -229,6 +248,7 @@ def _plan_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    from benchmark.tasks.standins import add_data_parser
     from netem.cli import add_trace_parser
 
     parser = argparse.ArgumentParser(
@@ -284,8 +304,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
                        help="existing copy of a task's data set (repeatable), e.g. "
                        "cnn-fmnist=../shared/data/fashion-mnist-mini; tasks without one "
                        "download their data")
-    sweep.add_argument("--dry-run", action="store_true", help="check the suite and list the "
-                       "runs still to do; run nothing")
+    sweep.add_argument("--dry-run", action="store_true", help="check the suite, list the "
+                       "runs still to do and their cost on one GPU (an upper bound from "
+                       "documented per-iteration times); run nothing")
     sweep.add_argument("--no-wandb", action="store_true", help="do not log runs to Weights & "
                        "Biases (default: offline logs in each run directory)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bar (one line "
@@ -331,6 +352,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     fidelity.set_defaults(func=cmd_fidelity)
 
     add_trace_parser(sub)
+    add_data_parser(sub)
     return parser
 
 

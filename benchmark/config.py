@@ -35,6 +35,10 @@ class RunConfig(BaseModel):
                                              "latency_ratio")
     latency_ratio: float | None = Field(None, ge=0, description="constant network with "
                                         "b/T = this; needs transmission_ratio")
+    ratio_shape: str | None = Field(None, description="with the ratios: a trace (CSV path or "
+                                    "bundled name) whose variation the network follows around "
+                                    "those means (bandwidth and latency relative to their "
+                                    "means, times as the task's paper profile sees them)")
     trace_loop: bool = Field(False, description="loop the trace instead of holding its last row")
     target: float | None = Field(None, description="accuracy in [0, 1] (classification) or "
                                  "perplexity (language modelling); stop when reached")
@@ -66,6 +70,13 @@ class RunConfig(BaseModel):
                              "links before training (the probe result is still required to "
                              "be within 10% unless this is set)")
     profile: str = Field("paper", description="task profile (model size, batch, lr, T)")
+    init: Literal["scratch", "pretrained"] = Field(
+        "scratch", description="model initialisation: scratch (random weights from --seed, "
+        "the default) or pretrained (published weights, downloaded from the Hugging Face Hub "
+        "on first use; paper profiles only: vit-imagenet loads timm "
+        "vit_base_patch16_224.augreg_in21k (ImageNet-21k) with a new head, gpt2-wikitext "
+        "loads GPT-2 small (transformers 'gpt2') and needs GPT-2's tokenizer; the cpu "
+        "profiles and the CNN tasks have none)")
     topology: Literal["paper", "ring"] = Field("paper", description="communication topology "
                                                "factors of the time model (default paper; "
                                                "ring on the emulated backend, whose "
@@ -77,6 +88,18 @@ class RunConfig(BaseModel):
                                          "time T in seconds, overriding the profile's")
     eval_every: int | None = Field(None, gt=0, description="evaluate every E iterations "
                                    "(default: the task profile's)")
+    fine_eval_every: int | None = Field(
+        None, gt=0, description="near the target, evaluate every E_f iterations instead of E: "
+        "from the first evaluation within --fine-eval-margin of a target not met yet until it "
+        "is met, so the time to target is bracketed finely (its resolution is in "
+        "summary.json); default: off (every E)")
+    fine_eval_margin: float = Field(
+        0.05, gt=0, lt=1, description="relative distance to a target at which --fine-eval-every "
+        "takes over: accuracy >= target·(1 − m), perplexity <= target·(1 + m)")
+    milestones: list[float] = Field(
+        default_factory=list, description="more targets whose first time and iteration are "
+        "recorded in summary.json (milestones) without stopping the run, e.g. 0.7 beside "
+        "--target 0.8")
     batch_size: int | None = Field(None, gt=0, description="per-worker batch size (default: "
                                    "the task profile's)")
     lr: float | None = Field(None, gt=0, description="step size γ (default: the profile's)")
@@ -104,6 +127,9 @@ class RunConfig(BaseModel):
             raise ValueError("target must be positive")
         if (self.transmission_ratio is None) != (self.latency_ratio is None):
             raise ValueError("give --transmission-ratio and --latency-ratio together")
+        if self.ratio_shape is not None and self.transmission_ratio is None:
+            raise ValueError("--ratio-shape shapes the network given by --transmission-ratio "
+                             "and --latency-ratio; give those too")
         given = [name for name, value in (("--trace", self.trace), ("--regime", self.regime),
                                           ("--transmission-ratio", self.transmission_ratio))
                  if value is not None]

@@ -18,6 +18,13 @@ for each τ: ``δ = 1`` is bubble-free iff the dense message fits the dense budg
 ``h = 2(n−1)/n``, ``l = 2(n−1)``); otherwise the sparse budget (``h = l = n−1``) gives
 ``k <= d − 1`` (a sparse message that would keep every coordinate is sent as ``δ = 1``,
 i.e. dense, so ``k = d`` is only reachable through the dense check).
+
+Objectives (``objective=``): ``"paper"`` is Algorithm 1 above, the default and the method the
+paper's claims are judged on. ``"time-to-accuracy"`` is THIS PROJECT'S NAMED ALTERNATIVE
+(docs/deco-planner.md): it minimises step 3's ``J = T_avg (1 + κ sqrt(Φ))``, the predicted
+time per iteration times the iteration factor of the paper's Theorem 1, over EVERY pair
+``τ = 0 .. τ_max`` × (the δ grid ∪ {δ*(τ)}), bubble-free or not, so it can trade a small
+bubble for less staleness, or a smaller δ for nothing, where Algorithm 1 cannot.
 """
 
 from __future__ import annotations
@@ -30,6 +37,10 @@ from benchmark.phi import PhiModel, phi_paper
 from benchmark.timemodel import t_avg
 from benchmark.topology import TopologyFactors, topology_factors
 from benchmark.wire import dense_wire_bits, max_topk_count_within, topk_count, topk_wire_bits
+
+OBJECTIVES = ("paper", "time-to-accuracy")
+"""Planner objectives: ``paper`` (Algorithm 1, the default) and ``time-to-accuracy`` (this
+project's alternative: ``J`` over every pair, see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +153,7 @@ def plan(
     delta_min: float = 1e-4,
     kappa: float = 1.0,
     grid_points: int = 64,
+    objective: str = "paper",
 ) -> Plan:
     """DeCo's plan (δ, τ) for ``d`` parameters and ``workers`` workers (deco-sgd.md §5, Alg. 1).
 
@@ -150,13 +162,27 @@ def plan(
     each value snapped to ``k/d`` with ``k = topk_count(δ, d)``; ties go to the smallest τ,
     then the largest δ. ``κ`` (``kappa``, default 1) weighs the iteration factor against
     time in ``J = T_avg (1 + κ sqrt(Φ))``: THIS PROJECT'S MODELLING CHOICE, not the paper's.
+
+    ``objective="time-to-accuracy"`` (not the paper's; docs/deco-planner.md) skips steps 1-2
+    and minimises ``J`` over every τ and every δ of the grid plus each τ's largest
+    bubble-free δ*(τ), with the same tie rule (smallest τ, then largest δ); a pair with
+    ``k <= δ*(τ) d`` is reported ``bubble_free`` with ``t_avg_s = T̂``.
     """
     _check_inputs(
         d, workers, compute_s, bandwidth_bps, latency_s, tau_max, delta_min, kappa, grid_points
     )
+    if objective not in OBJECTIVES:
+        raise DecobenchError(
+            f"invalid planner input: objective must be one of {', '.join(OBJECTIVES)}, "
+            f"got {objective!r}"
+        )
     sparse = topology_factors(topology, workers, dense=False)
     dense = topology_factors(topology, workers, dense=True)
     k_min = topk_count(delta_min, d)
+
+    if objective == "time-to-accuracy":
+        return _plan_time_to_accuracy(d, compute_s, bandwidth_bps, latency_s, sparse, dense,
+                                      phi, tau_max, k_min, kappa, delta_min, grid_points)
 
     best: Plan | None = None
     for tau in range(tau_max + 1):
@@ -181,5 +207,42 @@ def plan(
             objective = time_s * (1.0 + kappa * math.sqrt(value))
             if best is None or objective < best.objective:
                 best = Plan(delta, tau, False, time_s, value, objective)
+    assert best is not None  # the grid always holds δ = 1
+    return best
+
+
+def _plan_time_to_accuracy(
+    d: int,
+    compute_s: float,
+    bandwidth_bps: float,
+    latency_s: float,
+    sparse: TopologyFactors,
+    dense: TopologyFactors,
+    phi: PhiModel,
+    tau_max: int,
+    k_min: int,
+    kappa: float,
+    delta_min: float,
+    grid_points: int,
+) -> Plan:
+    """Minimise ``J = T_avg (1 + κ sqrt(Φ))`` over every τ and δ (see :func:`plan`)."""
+    grid = {topk_count(x, d) for x in delta_grid(delta_min, grid_points)}
+    best: Plan | None = None
+    for tau in range(tau_max + 1):
+        edge = bubble_free_count(tau, d, compute_s, bandwidth_bps, latency_s, sparse, dense)
+        counts = grid | ({edge} if edge >= k_min else set())
+        for k in sorted(counts, reverse=True):
+            delta = 1.0 if k == d else k / d
+            f = dense if k == d else sparse
+            bits = topk_wire_bits(k, d)  # k == d gives 32 d, the dense message
+            budget = _budget_s(tau, compute_s, latency_s, f)
+            free = k == edge or (budget >= 0 and (f.h == 0 or f.h * bits <= bandwidth_bps * budget))
+            # bubble-free: the closed form's max is T̂ (set exactly, not through float noise)
+            time_s = compute_s if free else t_avg(compute_s, bits, bandwidth_bps, latency_s,
+                                                  tau, f.h, f.l)
+            value = phi(delta, tau)
+            objective = time_s * (1.0 + kappa * math.sqrt(value))
+            if best is None or objective < best.objective:
+                best = Plan(delta, tau, free, time_s, value, objective)
     assert best is not None  # the grid always holds δ = 1
     return best

@@ -20,7 +20,10 @@ when both ratios match. A condition is given in one of three ways:
   which keeps ρ and λ at every moment and keeps the trace's changes at the same iteration
   counts (so DeCo's re-plan interval F meets the trace as it does for the reference);
 - by the ratios themselves: ``--transmission-ratio ρ --latency-ratio λ`` gives the constant
-  condition a = 32·d'/(ρ·T'), b = λ·T'.
+  condition a = 32·d'/(ρ·T'), b = λ·T'; with ``--ratio-shape TRACE`` the condition varies
+  like TRACE (bandwidth and latency relative to their means, times as the task's paper
+  profile sees them) around those means (:func:`shaped_ratio_trace`). The regime map of
+  the report is a grid of such conditions.
 """
 
 from __future__ import annotations
@@ -79,12 +82,35 @@ def ratio_trace(transmission: float, latency: float, *, d: int, compute_s: float
                  name=f"ratios rho={transmission:g} lambda={latency:g}")
 
 
+def shaped_ratio_trace(shape: Trace, transmission: float, latency: float, *, d: int,
+                       compute_s: float, reference_compute_s: float) -> Trace:
+    """A network with mean ρ = ``transmission`` and mean λ = ``latency`` for (d, T) that
+    varies like ``shape``: the shape's bandwidth and latency divided by their time-weighted
+    means and multiplied by a = 32·d/(ρ·T) and b = λ·T, its times multiplied by
+    k = T / ``reference_compute_s`` (the shape is read as the task's paper profile sees it,
+    so its changes fall at the same iteration counts as in a ``--regime paper:SHAPE`` run)."""
+    if not transmission > 0 or not latency >= 0:
+        raise DecobenchError("--transmission-ratio must be > 0 and --latency-ratio >= 0")
+    mean_latency = shape.mean_latency_s()
+    if latency > 0 and mean_latency <= 0:
+        raise DecobenchError(f"--ratio-shape {shape.name}: its latency is 0 throughout, so it "
+                             "cannot shape a latency ratio > 0")
+    k = compute_s / reference_compute_s
+    bandwidth_factor = dense_wire_bits(d) / (transmission * compute_s) / shape.mean_bandwidth_bps()
+    latency_factor = latency * compute_s / mean_latency if mean_latency > 0 else 0.0
+    return Trace(times_s=tuple(t * k for t in shape.times_s),
+                 bandwidth_bps=tuple(a * bandwidth_factor for a in shape.bandwidth_bps),
+                 latency_s=tuple(b * latency_factor for b in shape.latency_s), loop=shape.loop,
+                 name=f"ratios rho={transmission:g} lambda={latency:g} shaped like {shape.name}")
+
+
 @dataclass(frozen=True)
 class NetworkCondition:
     """What ``decobench run`` was told about the network, resolved before training.
 
     ``kind`` is ``trace`` (absolute), ``regime`` (a trace relative to ``reference_profile``)
-    or ``ratios``. :meth:`trace_for` gives the trace the run's own (d, T) sees.
+    or ``ratios`` (constant, or shaped like ``trace`` with its time axis relative to
+    ``reference_compute_s``). :meth:`trace_for` gives the trace the run's own (d, T) sees.
     """
 
     kind: str
@@ -106,6 +132,11 @@ class NetworkCondition:
                                  "measured or give a trace instead")
         if self.kind == "ratios":
             assert self.transmission is not None and self.latency is not None
+            if self.trace is not None:
+                assert self.reference_compute_s is not None
+                return shaped_ratio_trace(self.trace, self.transmission, self.latency, d=d,
+                                          compute_s=compute_s,
+                                          reference_compute_s=self.reference_compute_s)
             return ratio_trace(self.transmission, self.latency, d=d, compute_s=compute_s)
         assert self.trace is not None and self.reference_d and self.reference_compute_s
         return map_trace(self.trace, reference_d=self.reference_d,
@@ -120,7 +151,10 @@ class NetworkCondition:
             out.update(reference_profile=self.reference_profile,
                        reference_parameters=self.reference_d,
                        reference_compute_time_s=self.reference_compute_s,
-                       reference_trace=self.trace.name if self.trace else None)
+                       reference_trace=self.trace.name if self.trace else None,
+                       reference_mean_bandwidth_mbps=(self.trace.mean_bandwidth_bps() / 1e6
+                                                      if self.trace else None))
+        out["mean_bandwidth_mbps"] = trace.mean_bandwidth_bps() / 1e6
         if compute_s is not None:
             out.update(
                 mean_transmission_ratio=transmission_ratio(d, trace.mean_bandwidth_bps(),

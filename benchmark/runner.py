@@ -22,7 +22,7 @@ import math
 import platform
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from benchmark import __version__
 from benchmark.config import RunConfig, format_validation_error
 from benchmark.errors import DecobenchError
+from benchmark.evaluation import EvaluationSchedule, TargetBook, hit_fields, milestone_records
 from benchmark.flat import FlatLayout
 from benchmark.gradients import WorkerGradients
 from benchmark.methods import MethodContext, MethodOptions, MethodSpec, Observation, get_method_spec
@@ -106,6 +107,8 @@ def prepare(config: RunConfig) -> PreparedRun:
             exc, f"invalid option for method {spec.name} (its options: {allowed}): ")) from exc
     if config.target is not None:
         task.validate_target(config.target)
+    for milestone in config.milestones:
+        task.validate_target(milestone)
     condition, trace_path = network_condition(config, task)
     compute_time_s = _fixed_compute_time(config, profile)
     if condition.kind != "trace" and compute_time_s is None:
@@ -115,6 +118,7 @@ def prepare(config: RunConfig) -> PreparedRun:
     download = data_root is None
     variant = task.dataset_variant(config.dataset)
     task.check_data(data_root, download, variant)
+    task.select_init(config.init, profile)      # --init: checked; build_seeded_model follows it
     optimizer = OptimizerConfig(
         lr=config.lr if config.lr is not None else profile.lr,
         momentum=config.momentum if config.momentum is not None else profile.momentum,
@@ -124,13 +128,17 @@ def prepare(config: RunConfig) -> PreparedRun:
         warmup_iters=(config.warmup_iters if config.warmup_iters is not None
                       else profile.warmup_iters),
         total_iters=config.max_iters or profile.max_iters)
+    eval_every = config.eval_every or profile.eval_every
+    if config.fine_eval_every is not None and config.fine_eval_every >= eval_every:
+        raise DecobenchError(f"--fine-eval-every {config.fine_eval_every} must be smaller "
+                             f"than --eval-every ({eval_every}) to make evaluations finer")
     return PreparedRun(
         config=config, task=task, profile=profile, spec=spec, options=options,
         condition=condition, trace_path=trace_path, out=Path(config.out) if config.out else default_out(config),
         max_iters=config.max_iters or profile.max_iters,
         compute_time_s=compute_time_s,
         compute_time_source=_compute_time_source(config, profile),
-        eval_every=config.eval_every or profile.eval_every,
+        eval_every=eval_every,
         batch_size=config.batch_size or profile.batch_size,
         optimizer=optimizer, data_root=data_root, download=download, dataset=variant)
 
@@ -152,9 +160,17 @@ def network_condition(config: RunConfig, task: Task) -> tuple[NetworkCondition, 
             reference_compute_s=reference.compute_time_s,
             label=f"{config.regime} as seen by profile {config.profile}"), path
     assert config.transmission_ratio is not None and config.latency_ratio is not None
+    label = f"S/(aT)={config.transmission_ratio:g}, b/T={config.latency_ratio:g}"
+    if config.ratio_shape is None:
+        return NetworkCondition("ratios", transmission=config.transmission_ratio,
+                                latency=config.latency_ratio, label=label), None
+    path = resolve_trace_path(config.ratio_shape)
+    shape = load_trace(path, loop=config.trace_loop)
     return NetworkCondition(
-        "ratios", transmission=config.transmission_ratio, latency=config.latency_ratio,
-        label=f"S/(aT)={config.transmission_ratio:g}, b/T={config.latency_ratio:g}"), None
+        "ratios", trace=shape, transmission=config.transmission_ratio,
+        latency=config.latency_ratio, reference_profile="paper",
+        reference_compute_s=task.profile("paper").compute_time_s,
+        label=f"{label}, shaped like {shape.name or path.stem}"), path
 
 
 def _fixed_compute_time(config: RunConfig, profile: TaskProfile) -> float | None:
@@ -231,7 +247,6 @@ class Outcome:
     diverged_at_iteration: int | None = None
     bits_sent: int = 0
     iterations: int = 0
-    evaluations: list[tuple[int, float]] = field(default_factory=list)
 
 
 def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = True,
@@ -274,6 +289,7 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
         tracker.log(row)
 
     outcome = Outcome()
+    evaluations, book = evaluation_plan(run)
     in_flight: list[tuple[float, int, Observation]] = []  # (arrive_s, iteration, observation)
     wall_start = time.perf_counter()
     progress = RunProgress(total=run.max_iters, metric_name=task.metric_name,
@@ -310,17 +326,10 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
                 row = _iteration_row(k, timing, step, loss, outcome.bits_sent, clock, trace)
                 last = k + 1 == run.max_iters or (
                     config.max_sim_time is not None and clock.now_s >= config.max_sim_time)
-                if (k + 1) % run.eval_every == 0 or last:
+                if evaluations.due(k + 1, book) or last:
                     metric = evaluate()
-                    metric_time = clock.model_ready_s()
-                    outcome.final_metric = metric
-                    row.update(metric=metric, metric_name=task.metric_name,
-                               metric_time_s=metric_time)
-                    if (config.target is not None and not outcome.reached
-                            and task.target_reached(metric, config.target)):
-                        outcome.reached = True
-                        outcome.time_to_target_s, outcome.iters_to_target = metric_time, k + 1
-                        row["target_reached"] = True
+                    record_evaluation(run, outcome, book, row, k + 1, metric,
+                                      clock.model_ready_s())
                 if (k + 1) % config.log_every == 0 or "metric" in row or last:
                     row["wall_time_s"] = time.perf_counter() - wall_start
                     log(row)
@@ -340,10 +349,36 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
     rundir.close_metrics()
     summary = summary_fields(run, outcome, layout.d, time.perf_counter() - wall_start, trace,
                              sim_time_s=clock.now_s, bubble_s=clock.total_bubble_s,
-                             bubble_fraction=clock.bubble_fraction(), time_basis="simulated")
+                             bubble_fraction=clock.bubble_fraction(), time_basis="simulated",
+                             book=book)
     tracker.finish(summary)
     rundir.write_summary(summary)
     return summary
+
+
+def evaluation_plan(run: PreparedRun) -> tuple[EvaluationSchedule, TargetBook]:
+    """When the run evaluates, and the book of its targets (stop target and milestones)."""
+    config = run.config
+    targets = tuple(dict.fromkeys(
+        ([config.target] if config.target is not None else []) + list(config.milestones)))
+    return (EvaluationSchedule(run.eval_every, config.fine_eval_every, config.fine_eval_margin),
+            TargetBook(targets, run.task.higher_is_better))
+
+
+def record_evaluation(run: PreparedRun, outcome: Outcome, book: TargetBook,
+                      row: dict[str, Any], iterations: int, metric: float,
+                      metric_time_s: float) -> None:
+    """One evaluation of the model after ``iterations`` iterations, existing at
+    ``metric_time_s``: into the metrics row, the outcome and the target book."""
+    outcome.final_metric = metric
+    row.update(metric=metric, metric_name=run.task.metric_name, metric_time_s=metric_time_s)
+    met = book.record(iterations, metric, metric_time_s)
+    if met:
+        row["targets_met"] = met
+    if run.config.target is not None and run.config.target in met:
+        outcome.reached = True
+        outcome.time_to_target_s, outcome.iters_to_target = metric_time_s, iterations
+        row["target_reached"] = True
 
 
 def _observation(timing: IterationTiming) -> Observation:
@@ -375,7 +410,7 @@ def _iteration_row(k: int, timing: IterationTiming, step, loss: float, bits_sent
 
 def summary_fields(run: PreparedRun, outcome: Outcome, d: int, wall_s: float, trace: Trace, *,
                    sim_time_s: float, bubble_s: float, bubble_fraction: float,
-                   time_basis: str) -> dict[str, Any]:
+                   time_basis: str, book: TargetBook) -> dict[str, Any]:
     """``summary.json`` of a run (interfaces.md); ``sim_time_s`` is the simulated clock, or
     the measured training time on the emulated backend (``time_basis`` says which)."""
     config = run.config
@@ -396,4 +431,7 @@ def summary_fields(run: PreparedRun, outcome: Outcome, d: int, wall_s: float, tr
         "suite": config.suite,
         "bubble_s": bubble_s, "bubble_fraction": bubble_fraction,
         "time_basis": time_basis, "wall_time_s": wall_s,
+        "fine_eval_every": config.fine_eval_every,
+        **hit_fields(book.hits.get(config.target) if config.target is not None else None),
+        "milestones": milestone_records(book, config.milestones),
     }

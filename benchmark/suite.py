@@ -40,7 +40,7 @@ import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -72,6 +72,7 @@ class ConditionSpec(_Strict):
     regime: str | None = None
     transmission_ratio: float | None = Field(None, gt=0)
     latency_ratio: float | None = Field(None, ge=0)
+    ratio_shape: str | None = None
     constant: ConstantNetwork | None = None
     trace_loop: bool = False
 
@@ -79,6 +80,8 @@ class ConditionSpec(_Strict):
     def _one_kind(self) -> ConditionSpec:
         if (self.transmission_ratio is None) != (self.latency_ratio is None):
             raise ValueError("give transmission_ratio and latency_ratio together")
+        if self.ratio_shape is not None and self.transmission_ratio is None:
+            raise ValueError("ratio_shape needs transmission_ratio and latency_ratio")
         kinds = [k for k in ("trace", "regime", "transmission_ratio", "constant")
                  if getattr(self, k) is not None]
         if len(kinds) != 1:
@@ -119,10 +122,19 @@ class MethodEntry(_Strict):
 PerTask = float | dict[str, float] | None
 
 
+Role = Literal["main", "table1", "scaling", "regime-map", "theory", "other"]
+"""What an experiment's runs are evidence for in the report's claims table (docs/reports.md
+"Claims"): the main comparison (the paper's section-5.2 condition), the Table-1 grid of
+measured links, the scaling study, the regime map, the static (δ, τ) grid, or none."""
+
+
 class Experiment(_Strict):
     """A cartesian product of tasks × conditions × methods × workers × seeds."""
 
     name: str = Field(min_length=1)
+    role: Role | None = Field(
+        None, description="what the runs are evidence for in the claims table (Role); unset: "
+        "regime-map for conditions given by ratios, else main")
     tasks: list[str] = Field(min_length=1)
     conditions: list[str] = Field(min_length=1)
     methods: list[str | MethodEntry] = Field(min_length=1)
@@ -190,6 +202,7 @@ class Cell:
     experiment: str
     config: RunConfig
     identity: str
+    role: str | None = None
 
     @property
     def name(self) -> str:
@@ -201,6 +214,7 @@ class Cell:
         c = self.config
         return {"id": self.identity[:12], "identity": self.identity,
                 "run_dir": f"runs/{self.name}", "experiment": self.experiment,
+                "role": self.role,
                 "task": c.task, "method": c.method, "label": c.label,
                 "condition": c.condition, "workers": c.workers, "seed": c.seed,
                 "profile": c.profile}
@@ -278,7 +292,8 @@ def _condition_values(name: str, spec: ConditionSpec, traces_dir: Path) -> dict[
         return {"trace": str(constant_trace_path(traces_dir, name)),
                 "trace_loop": spec.trace_loop}
     out = {k: getattr(spec, k) for k in ("trace", "regime", "transmission_ratio",
-                                         "latency_ratio") if getattr(spec, k) is not None}
+                                         "latency_ratio", "ratio_shape")
+           if getattr(spec, k) is not None}
     return out | {"trace_loop": spec.trace_loop}
 
 
@@ -297,6 +312,12 @@ def write_constant_traces(suite: Suite, traces_dir: Path) -> None:
 EMULATION_ONLY: tuple[str, ...] = ("latency_mechanism", "emulation_timeout_s", "skip_probe")
 """RunConfig fields that only the emulated backend reads."""
 
+ADDED_LATER: tuple[str, ...] = ("fine_eval_every", "fine_eval_margin", "milestones",
+                                 "ratio_shape", "init")
+"""RunConfig fields added after sweeps were first published: left out of a run's identity
+while they hold their default, so finished sweeps keep their identities (a run that sets one
+of them gets a new identity, as it computes something else)."""
+
 
 def identity(config: RunConfig) -> str:
     """SHA-256 of the resolved config without paths that do not change the computation
@@ -309,8 +330,14 @@ def identity(config: RunConfig) -> str:
         # out keeps the identities of runs made before the emulated backend existed
         for key in EMULATION_ONLY:
             values.pop(key, None)
-    if config.trace is not None:
-        values["trace"] = hashlib.sha256(resolve_trace_path(config.trace).read_bytes()).hexdigest()
+    for key in ADDED_LATER:
+        if values.get(key) == RunConfig.model_fields[key].get_default(
+                call_default_factory=True):
+            values.pop(key, None)
+    for field in ("trace", "ratio_shape"):
+        path = getattr(config, field)
+        if path is not None:
+            values[field] = hashlib.sha256(resolve_trace_path(path).read_bytes()).hexdigest()
     blob = json.dumps(values, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -325,12 +352,13 @@ def expand_cells(suite: Suite, traces_dir: Path,
 
     data_roots = data_roots or {}
     for name, spec in suite.conditions.items():
-        if spec.trace is not None:
-            try:
-                load_trace(resolve_trace_path(spec.trace))
-            except DecobenchError as exc:
-                raise DecobenchError(f"suite {suite.name}: conditions.{name}.trace: "
-                                     f"{exc}") from exc
+        for field in ("trace", "ratio_shape"):
+            if getattr(spec, field) is not None:
+                try:
+                    load_trace(resolve_trace_path(getattr(spec, field)))
+                except DecobenchError as exc:
+                    raise DecobenchError(f"suite {suite.name}: conditions.{name}.{field}: "
+                                         f"{exc}") from exc
     cells: list[Cell] = []
     seen: dict[str, str] = {}
     for i, experiment in enumerate(suite.experiments):
@@ -368,7 +396,7 @@ def expand_cells(suite: Suite, traces_dir: Path,
                 except DecobenchError as exc:
                     raise DecobenchError(f"suite {suite.name}: {where}, task {task}, condition "
                                          f"{condition}, method {label}: {exc}") from exc
-                cell = Cell(experiment.name, config, identity(config))
+                cell = Cell(experiment.name, config, identity(config), experiment.role)
                 if cell.identity in seen:
                     raise DecobenchError(f"suite {suite.name}: {where} repeats the run "
                                          f"{seen[cell.identity]} (same configuration and seed)")

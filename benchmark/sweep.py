@@ -203,8 +203,11 @@ def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str
               f"{len(plan.todo)} to run with {min(jobs, max(1, len(plan.todo)))} worker "
               f"process(es) -> {out}", file=sys.stderr)
         if dry_run:
+            from benchmark.cost import describe, suite_cost
+
             for cell in plan.todo:
                 print(f"  would run {cell.name}", file=sys.stderr)
+            print(describe(suite_cost([cell.config for cell in plan.todo])), file=sys.stderr)
             return plan
         write_manifest(plan)
         stale = remove_abandoned_staging(out)

@@ -102,6 +102,7 @@ def random_walk(
     latency_jitter_ms: float = 0.0,
     reversion: float = 0.1,
     name: str | None = None,
+    stationary_mean: bool = False,
 ) -> Trace:
     """A seeded, mean-reverting random walk of log-bandwidth, clipped to [low, high].
 
@@ -115,7 +116,10 @@ def random_walk(
         bandwidth_i = round(exp(x_i), 3) Mbit/s
 
     Unclipped, the stationary standard deviation of x is
-    ``sigma / sqrt(1 - (1 - reversion)^2)``. Latency is
+    ``s = sigma / sqrt(1 - (1 - reversion)^2)``, so ``exp(x)`` has median ``mean_mbps`` and
+    mean ``mean_mbps * exp(s^2 / 2)``. With ``stationary_mean=True`` the walk reverts to
+    ``mu = ln(mean_mbps) - s^2 / 2`` instead, so that the unclipped stationary mean of the
+    bandwidth is ``mean_mbps`` (needs ``reversion > 0``). Latency is
     ``latency_i = max(0, round(latency_ms + U(-j, j), 3))`` with ``j = latency_jitter_ms``.
 
     Determinism: ``eps_i`` come from ``random.Random(seed).gauss`` and the latency jitter from
@@ -137,6 +141,7 @@ def random_walk(
         where,
         "latency_jitter_ms must be >= 0",
     )
+    _require(not stationary_mean or reversion > 0.0, where, "stationary_mean needs reversion > 0")
     bw_rng = random.Random(seed)
     lat_rng = random.Random(f"latency:{seed}")
     scale = 10.0**DECIMALS
@@ -144,6 +149,8 @@ def random_walk(
     high3 = math.floor(high_mbps * scale + 1e-6) / scale
     _require(low3 <= high3, where, "[low_mbps, high_mbps] must contain a multiple of 0.001")
     mu, lo, hi = math.log(mean_mbps), math.log(low3), math.log(high3)
+    if stationary_mean:
+        mu -= stationary_log_variance(sigma, reversion) / 2.0
     x = min(max(mu, lo), hi)
     times: list[float] = []
     bandwidth: list[float] = []
@@ -158,10 +165,16 @@ def random_walk(
         x = min(max(x + reversion * (mu - x) + sigma * bw_rng.gauss(0.0, 1.0), lo), hi)
     label = name or (
         f"random walk mean {mean_mbps:g} Mbit/s in [{low_mbps:g}, {high_mbps:g}], "
-        f"sigma {sigma:g}, reversion {reversion:g}, step {step_s:g} s, seed {seed}, "
+        f"{'stationary mean, ' if stationary_mean else ''}sigma {sigma:g}, reversion {reversion:g}, step {step_s:g} s, seed {seed}, "
         f"{latency_ms:g}+-{latency_jitter_ms:g} ms"
     )
     return as_trace(times, bandwidth, latency, name=label)
+
+
+def stationary_log_variance(sigma: float, reversion: float) -> float:
+    """Stationary variance ``sigma^2 / (1 - (1 - reversion)^2)`` of the unclipped log walk."""
+    _require(0.0 < reversion <= 1.0, "stationary_log_variance", "reversion must be in (0, 1]")
+    return sigma * sigma / (1.0 - (1.0 - reversion) ** 2)
 
 
 def on_off(

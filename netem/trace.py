@@ -253,6 +253,14 @@ class Trace:
             raise ValueError(f"duration_s must be finite and > 0, got {duration_s!r}")
         return self.bits_until(duration_s) / duration_s
 
+    def mean_latency_s(self) -> float:
+        """Time-weighted mean one-way latency over one period (its latency for one row)."""
+        if len(self.times_s) == 1:
+            return self.latency_s[0]
+        weighted = sum(b * (t1 - t0) for b, t0, t1 in zip(self.latency_s, self.times_s,
+                                                          self._segment_ends, strict=True))
+        return weighted / self.period_s
+
     def rows_until(self, duration_s: float) -> list[tuple[float, float, float]]:
         """The rows ``(start_s, bandwidth_bps, latency_s)`` starting in ``[0, duration_s)``.
 
@@ -366,6 +374,36 @@ def trace_description(text: str) -> str:
         if line:
             return ""
     return ""
+
+
+def trace_header_fields(text: str, key: str) -> list[str]:
+    """The values of the ``# KEY: value`` comment lines above the CSV header, in order.
+
+    Only the comment block before the ``time_s,...`` header is read (a pack file's
+    provenance: ``source``, ``pack``, ``choice``; see :mod:`netem.pack`).
+    """
+    prefix = f"{key}:"
+    out: list[str] = []
+    for raw in text.lstrip("\ufeff").splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if not line.startswith("#"):
+            break
+        body = line.lstrip("#").strip()
+        if body.startswith(prefix):
+            out.append(body[len(prefix) :].strip())
+    return out
+
+
+def trace_sources(path_or_name: str | os.PathLike[str]) -> list[str]:
+    """The ``# source:`` lines of a trace file or bundled trace name ([] if it has none)."""
+    path = resolve_trace_path(path_or_name)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path}: cannot read trace file: {exc}") from None
+    return trace_header_fields(text, "source")
 
 
 def describe_bundled_traces() -> list[tuple[str, str]]:

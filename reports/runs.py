@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,16 @@ class Run:
     summary: dict[str, Any]
     config: dict[str, Any]
     metrics: tuple[dict[str, Any], ...] = field(repr=False)
+    manifest_role: str | None = None
+
+    @property
+    def role(self) -> str:
+        """What the run is evidence for (benchmark.suite.Role): its suite experiment's
+        ``role`` from the manifest; otherwise ``regime-map`` for a network given by ratios
+        and ``main`` for the rest."""
+        if self.manifest_role:
+            return self.manifest_role
+        return "regime-map" if self.summary.get("network") == "ratios" else "main"
 
     @property
     def task(self) -> str:
@@ -102,6 +112,22 @@ class Run:
     def ttt(self) -> Obs:
         """Time to target, censored at ``sim_time_s`` when not reached."""
         return ttt_obs(self.summary)
+
+    @property
+    def ttt_resolution_s(self) -> float | None:
+        """Width of the bracket (previous evaluation, first evaluation meeting the target]
+        that holds the true crossing: ``summary.json``'s ``ttt_resolution_s``, or, for runs
+        written before it existed, from the evaluation rows. ``None`` when not reached."""
+        if not self.reached:
+            return None
+        given = as_float(self.summary.get("ttt_resolution_s"))
+        if given is not None:
+            return given
+        hit = as_float(self.summary.get("time_to_target_s"))
+        if hit is None:
+            return None
+        before = [t for t, _ in self.evaluations() if t < hit]
+        return hit - (max(before) if before else 0.0)
 
     @property
     def iters(self) -> Obs:
@@ -204,15 +230,16 @@ def _describe_cell(cell: dict[str, Any]) -> str:
         f": {details})" if details else ")")
 
 
-def _manifest_runs(root: Path, manifest: dict[str, Any]) -> list[Path]:
+def _manifest_runs(root: Path, manifest: dict[str, Any]) -> dict[Path, str | None]:
+    """Each cell's run directory with its experiment's role."""
     cells = manifest.get("cells")
     if not isinstance(cells, list):
         raise DecobenchError(f"{root / MANIFEST}: no 'cells' list")
-    missing, found = [], []
+    missing, found = [], {}
     for cell in cells:
         run_dir = root / str(cell.get("run_dir", ""))
         if cell.get("run_dir") and (run_dir / SUMMARY).is_file():
-            found.append(run_dir)
+            found[run_dir] = cell.get("role")
         else:
             missing.append(cell)
     if missing:
@@ -236,10 +263,11 @@ def load_runs(results_dir: str | Path) -> RunSet:
         manifest = _read_json(root / MANIFEST)
         if not isinstance(manifest, dict):
             raise DecobenchError(f"{root / MANIFEST}: not a JSON object")
-        dirs = _manifest_runs(root, manifest)
+        roles = _manifest_runs(root, manifest)
     else:
-        dirs = list(_summary_dirs(root))
-    if not dirs:
+        roles = dict.fromkeys(_summary_dirs(root))
+    if not roles:
         raise DecobenchError(f"{root}: no finished runs (no {SUMMARY} below it)")
-    runs = sorted((load_run(d, root) for d in dict.fromkeys(dirs)), key=sort_key)
+    runs = sorted((replace(load_run(d, root), manifest_role=role) for d, role in roles.items()),
+                  key=sort_key)
     return RunSet(root=root, runs=tuple(runs), manifest=manifest)

@@ -14,8 +14,9 @@ from typing import Any
 
 from reports.stats import Obs, ratio
 
-REFERENCES = ("d-sgd", "cocktail-sgd")
-"""The labels every other is compared with: the paper's D-SGD and its best static strategy."""
+REFERENCES = ("d-sgd", "cocktail-sgd-topk", "cocktail-sgd")
+"""The labels every other is compared with: D-SGD, the paper's static strategy (its
+'CocktailSGD' row: Top-k at DeCo's first plan), and CocktailSGD with its own compressor."""
 
 
 @dataclass(frozen=True)

@@ -110,22 +110,53 @@ def ttt_stats(runs: Sequence[Run]) -> dict[str, Obs]:
             "iters": median([r.iters for r in runs])}
 
 
+def max_resolution(runs: Sequence[Run]) -> float | None:
+    """The widest time-to-target bracket among the runs that reached (seconds)."""
+    widths = [w for w in (r.ttt_resolution_s for r in runs) if w is not None]
+    return max(widths) if widths else None
+
+
+def resolution_cell(runs: Sequence[Run], med: Obs) -> str:
+    """``"0.44 s (0.6%)"``: the widest bracket and its share of the median TTT."""
+    width = max_resolution(runs)
+    if width is None:
+        return "n/a"
+    share = f" ({100 * width / med.value:.1f}%)" if med.value > 0 and not med.censored else ""
+    return f"{width:.2f} s{share}"
+
+
+def median_compute_share(runs: Sequence[Run]) -> float | None:
+    """Median of 1 − bubble fraction: the share of compute-bound throughput a label keeps."""
+    shares = [1.0 - b for b in (as_float(r.summary.get("bubble_fraction")) for r in runs)
+              if b is not None]
+    return median([Obs(s) for s in shares]).value if shares else None
+
+
+def _share_text(share: float | None) -> str:
+    if share is None:
+        return "n/a"
+    return f"{100 * share:.1f}%" + (" (extreme)" if share < 0.01 else "")
+
+
 def ttt_table(runs: Sequence[Run]) -> Table:
     """Table 1 analogue: time to target per (task, condition, workers, label)."""
     by_label = group(runs, lambda r: (*cell_key(r), r.label))
     medians = {key: median([r.ttt for r in rs]) for key, rs in by_label.items()}
     present = [b for b in REFERENCES if any(key[3] == b for key in by_label)]
     columns = ("task", "condition", "workers", "label", "target", "seeds run", "seeds reached",
-               "median TTT (s)", "range (s)", "olympic mean (s)", "median iterations",
-               "not reached") + tuple(f"speed-up over {b}" for b in present)
+               "median TTT (s)", "range (s)", "TTT resolution", "olympic mean (s)",
+               "median iterations", "compute share", "not reached"
+               ) + tuple(f"speed-up over {b}" for b in present)
     extra = ("method", "seeds", "eval_every", "median_ttt_s", "median_ttt_censored",
              "olympic_ttt_s", "olympic_ttt_censored", "min_ttt_s", "min_ttt_censored",
-             "max_ttt_s", "max_ttt_censored", "median_iters", "median_iters_censored")
+             "max_ttt_s", "max_ttt_censored", "median_iters", "median_iters_censored",
+             "max_ttt_resolution_s", "median_compute_share")
     extra += tuple(f"speedup_over_{b}{suffix}" for b in present for suffix in ("", "_kind"))
     rows = []
     for key, rs in by_label.items():
         task, condition, workers, label = key
         st = ttt_stats(rs)
+        share = median_compute_share(rs)
         row: dict[str, Any] = {
             "task": task, "condition": condition, "workers": str(workers), "label": label,
             "target": _joined(target_text(r) for r in rs), "seeds run": str(len(rs)),
@@ -133,7 +164,10 @@ def ttt_table(runs: Sequence[Run]) -> Table:
             "median TTT (s)": fmt_s(st["median"]),
             "range (s)": range_text([r.ttt for r in rs]),
             "olympic mean (s)": fmt_s(st["olympic"]), "median iterations": fmt_iters(st["iters"]),
+            "TTT resolution": resolution_cell(rs, st["median"]),
+            "compute share": _share_text(share),
             "not reached": _misses(rs),
+            "max_ttt_resolution_s": max_resolution(rs), "median_compute_share": share,
             "method": _joined(r.method for r in rs), "seeds": _joined(r.seed for r in rs),
             "eval_every": _joined(r.summary.get("eval_every") for r in rs),
         }

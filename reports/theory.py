@@ -9,7 +9,8 @@ For each (task, condition, workers) with static DD-EF-SGD runs at two or more di
   median iterations, a cell that did not reach the target ranking as the largest (ties among
   such cells share their average rank);
 - the oracle: the pair with the lowest median time to target in hindsight (ties: fewer
-  iterations, then smaller δ, then smaller τ), against each deco-sgd and cocktail-sgd label of
+  iterations, then smaller δ, then smaller τ), against each deco-sgd, cocktail-sgd-topk and
+  cocktail-sgd label of
   the same (task, condition, workers): its median time, the ratio to the oracle's, and its
   first planned (δ, τ) (the first metrics row that records a plan, ``plan_phi``; else the
   first row).
@@ -29,7 +30,7 @@ from reports.stats import Obs, median, ratio, spearman
 from reports.tables import Table, cell_key, fmt_iters, fmt_s, group
 
 GRID_METHOD = "dd-ef-sgd"
-COMPARED_METHODS = ("deco-sgd", "cocktail-sgd")
+COMPARED_METHODS = ("deco-sgd", "cocktail-sgd-topk", "cocktail-sgd")
 DEFAULT_PHI = "paper"
 
 

@@ -9,8 +9,8 @@ from benchmark.methods import method_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 CARDS = ROOT / "docs" / "methods"
-REQUIRED = {"method", "title", "paper", "sends", "staleness", "bits_per_iteration", "knobs",
-            "decisions"}
+REQUIRED = {"method", "title", "paper", "sends", "staleness", "bits_per_iteration", "variants",
+            "knobs", "decisions"}
 
 
 def _front_matter(path: Path) -> dict:
@@ -28,6 +28,9 @@ def test_card_exists_and_matches_options(name):
     assert card["method"] == name
     assert {"authors", "venue", "year", "url"} <= set(card["paper"])
     assert card["decisions"], "a card states this project's decisions"
+    # which variant the DeCo paper ran, which is the original's, and which decobench runs
+    assert {"deco_paper", "original", "decobench"} <= set(card["variants"])
+    assert all(isinstance(v, str) and v.strip() for v in card["variants"].values())
     fields = method_specs()[name].options.model_fields
     flags = [knob["flag"] for knob in card["knobs"]]
     assert flags == ["--" + f.replace("_", "-") for f in fields]

@@ -9,8 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmark.errors import DecobenchError
-from benchmark.phi import PHI_MODELS, get_phi, phi_paper
-from benchmark.planner import Plan, bubble_free_count, delta_grid, plan
+from benchmark.methods.base import MethodContext, Observation
+from benchmark.methods.controllers import deco_controller
+from benchmark.methods.options import DecoOptions
+from benchmark.optimizer import OptimizerConfig
+from benchmark.phi import EF_DELTA0, PHI_MODELS, get_phi, phi_ef, phi_paper
+from benchmark.planner import OBJECTIVES, Plan, bubble_free_count, delta_grid, plan
 from benchmark.timemodel import t_avg
 from benchmark.topology import TOPOLOGIES, topology_factors
 from benchmark.wire import dense_wire_bits, topk_count, topk_wire_bits
@@ -44,9 +48,33 @@ def test_phi_paper_grows_with_tau() -> None:
         assert values == sorted(values) and len(set(values)) == len(values)
 
 
+def test_phi_ef_hand_values() -> None:
+    assert EF_DELTA0 == 0.003
+    assert phi_ef(1.0, 0) == 0.0 and phi_ef(1.0, 3) == 3.0  # δ = 1: DD-SGD's τ, as Φ_paper
+    assert phi_ef(0.5, 0) == pytest.approx(0.003)  # 0.003 * 0.5 / 0.5
+    assert phi_ef(0.5, 2) == pytest.approx(2.012)  # 2 + 0.003 * 0.5 / (0.5 * 0.25)
+    assert phi_ef(0.003, 0) == pytest.approx(0.997)  # δ = δ₀ costs ~ one step of staleness
+    assert phi_ef(0.01, 1) == pytest.approx(1.3)  # 1 + 0.003 * 0.99 / (0.01 * 0.99)
+    # the measured grid's two contested pairs (docs/deco-planner.md): Φ_paper ranks
+    # (0.01, 1) far behind (0.2435, 2); Φ_ef ranks it ahead
+    assert phi_paper(0.01, 1) > 13 * phi_paper(0.2435, 2)
+    assert phi_ef(0.01, 1) < phi_ef(0.2435, 2)
+    # the compression term is Φ_paper's scaled by δ₀
+    for delta, tau in ((0.28125, 3), (0.01, 0), (0.2, 5)):
+        assert phi_ef(delta, tau) - tau == pytest.approx(0.003 * (phi_paper(delta, tau) - tau))
+    assert phi_ef(0.5, 1100) == math.inf
+
+
+@pytest.mark.parametrize("delta,tau", [(0.0, 1), (1.5, 1), (math.nan, 1), (0.5, -1), (0.5, 1.5)])
+def test_phi_ef_rejects_bad_input(delta: float, tau: int) -> None:
+    with pytest.raises(DecobenchError):
+        phi_ef(delta, tau)
+
+
 def test_phi_registry() -> None:
     assert get_phi("paper") is phi_paper
-    assert set(PHI_MODELS) == {"paper"}
+    assert get_phi("ef") is phi_ef
+    assert set(PHI_MODELS) == {"paper", "ef"}
     with pytest.raises(DecobenchError, match="paper"):
         get_phi("nope")
     with pytest.raises(TypeError):
@@ -190,6 +218,98 @@ def test_tau_max_zero() -> None:
     assert result.t_avg_s == pytest.approx(0.332)
 
 
+# --- the time-to-accuracy objective (this project's alternative) -----------------------
+
+
+def test_time_to_accuracy_trades_a_bubble_for_less_staleness() -> None:
+    # d = 1e6, T = 0.1, a = 1e8, b = 0.1, τ_max = 2, grid {0.01, 0.1, 1}, Φ = τ/4, κ = 1.
+    # Messages: k = 1e4 -> min(52e4, 32e4 + 1e6) = 520_000 bits, 5.2 ms; k = 1e5 -> mask
+    #   4.2e6 bits, 42 ms; k = 1e6 -> 3.2e7 bits, 0.32 s.
+    # τ = 0 (budget < 0): J = T_avg = 0.2 + tx >= 0.2052.
+    # τ = 1 (budget 0.1 - 0.1 = 0: nothing bubble-free): T_avg = max(0.1, tx, (0.2 + tx)/2):
+    #   k = 1e4: 0.1026, J = 0.1026 * (1 + sqrt(0.25)) = 0.1539; k = 1e5: 0.121 -> 0.1815.
+    # τ = 2: budget min(0.1, 0.1) -> δ*(2) = 0.28125 (above) and the grid's 0.01, 0.1 are
+    #   bubble-free: J = 0.1 * (1 + sqrt(0.5)) = 0.17071; k = 1e6: T_avg 0.32 -> 0.546.
+    # Algorithm 1 sees only τ = 2 and takes its largest δ; the alternative takes (0.01, 1).
+    phi = lambda delta, tau: tau / 4  # noqa: E731
+    args = dict(tau_max=2, delta_min=0.01, grid_points=3, phi=phi)
+    paper = plan(D, 4, 0.1, 100e6, 0.1, **args)
+    assert (paper.delta, paper.staleness, paper.bubble_free) == (0.28125, 2, True)
+    tta = plan(D, 4, 0.1, 100e6, 0.1, objective="time-to-accuracy", **args)
+    assert (tta.delta, tta.staleness, tta.bubble_free) == (0.01, 1, False)
+    assert tta.t_avg_s == pytest.approx(0.1026)
+    assert tta.phi == 0.25 and tta.objective == pytest.approx(0.1026 * 1.5)
+    # with Φ = 2τ staleness is dear: τ = 2 gives 0.1 (1 + 2) = 0.3, τ = 1 gives
+    # 0.1026 (1 + sqrt 2) = 0.2477, τ = 0 gives 0.2052 (Φ = 0): (0.01, 0) wins
+    dear = plan(D, 4, 0.1, 100e6, 0.1, objective="time-to-accuracy", tau_max=2,
+                delta_min=0.01, grid_points=3, phi=lambda delta, tau: 2.0 * tau)
+    assert (dear.delta, dear.staleness, dear.bubble_free) == (0.01, 0, False)
+    assert dear.objective == pytest.approx(0.2052)
+
+
+def test_time_to_accuracy_bubble_free_ties_go_to_the_largest_delta() -> None:
+    # Φ = τ/4 and b = 0.25: τ <= 2 are never bubble-free (τ = 2: 0.2 - 0.25 < 0) and pay
+    # T_avg >= (0.1 + 0.25)/(τ + 1); τ = 2 with k = 1e4: max(0.1, (0.3552)/3) = 0.1184,
+    # J = 0.1184 * 1.7071 = 0.2021. τ = 3 (budget 0.05 -> δ*(3) = 0.125 from the hand case
+    # above, and the grid's 0.01, 0.1 also fit): J = 0.1 * (1 + sqrt 0.75) = 0.18660 for all
+    # three; the tie goes to the largest, δ*(3) = 0.125.
+    result = plan(D, 4, 0.1, 100e6, 0.25, objective="time-to-accuracy", tau_max=3,
+                  delta_min=0.01, grid_points=3, phi=lambda delta, tau: tau / 4)
+    assert (result.delta, result.staleness, result.bubble_free) == (0.125, 3, True)
+    assert result.t_avg_s == 0.1
+    assert result.objective == pytest.approx(0.1 * (1 + math.sqrt(0.75)))
+
+
+def test_time_to_accuracy_on_the_measured_condition() -> None:
+    # CNN@FashionMNIST (d = 454_922), T̂ = 0.2 s, â = 20 Mbit/s, b̂ = 0.2 s (docs/deco-planner.md).
+    # Algorithm 1: τ = 0, 1 have no bubble-free δ (budgets -0.2, 0); every τ >= 2 has the
+    # budget T̂ = 0.2 s -> 4 Mbit -> mask format k = (4e6 - 454_922)/32 -> 110_783, and Φ_paper
+    # grows with τ: (0.2435, 2) with Φ = 2 + 1/(δ(1 - δ)) = 7.4283.
+    d = 454_922
+    paper = plan(d, 4, 0.2, 20e6, 0.2)
+    assert (topk_count(paper.delta, d), paper.staleness) == (110_783, 2)
+    assert paper.phi == pytest.approx(7.4283, abs=1e-4)
+    # the time-to-accuracy objective with Φ_paper agrees with Algorithm 1 here ...
+    same = plan(d, 4, 0.2, 20e6, 0.2, objective="time-to-accuracy")
+    assert (same.delta, same.staleness) == (paper.delta, paper.staleness)
+    assert same.objective == pytest.approx(0.2 * (1 + math.sqrt(paper.phi)))
+    # ... and with Φ_ef it takes τ = 1 and a small δ, paying a 4% bubble
+    ef = plan(d, 4, 0.2, 20e6, 0.2, objective="time-to-accuracy", phi=phi_ef)
+    assert ef.staleness == 1 and not ef.bubble_free and 0.005 < ef.delta < 0.03
+    bits = topk_wire_bits(topk_count(ef.delta, d), d)
+    assert ef.t_avg_s == pytest.approx((0.2 + bits / 20e6 + 0.2) / 2)
+    assert ef.objective == pytest.approx(ef.t_avg_s * (1 + math.sqrt(phi_ef(ef.delta, 1))))
+    assert ef.objective < 0.2 * (1 + math.sqrt(phi_ef(paper.delta, 2)))
+
+
+def test_unknown_objective_is_rejected() -> None:
+    assert OBJECTIVES == ("paper", "time-to-accuracy")
+    with pytest.raises(DecobenchError, match="objective"):
+        plan(D, 4, 0.1, 1e8, 0.2, objective="fastest")
+
+
+def test_controller_uses_the_planner_option() -> None:
+    context = MethodContext(d=454_922, workers=4, topology="paper", optimizer=OptimizerConfig())
+    obs = Observation(iteration=0, compute_s=0.2, link_bits=232_050.0, tx_start_s=0.2,
+                      tx_end_s=0.2 + 232_050 / 20e6, arrive_s=0.2 + 232_050 / 20e6 + 0.2,
+                      latency_factor=1.0)
+    plans = {}
+    for name, options in (("paper", DecoOptions()),
+                          ("tta", DecoOptions(planner="time-to-accuracy", phi="ef"))):
+        ctrl = deco_controller(context, options, interval=options.deco_interval)
+        assert ctrl.schedule(0).staleness == 0  # the probe
+        ctrl.observe(obs)
+        plans[name] = ctrl.schedule(1)
+    expected = plan(454_922, 4, 0.2, 20e6, 0.2, objective="time-to-accuracy", phi=phi_ef)
+    assert (plans["tta"].delta, plans["tta"].staleness) == (expected.delta, 1)
+    assert plans["paper"].staleness == 2 and plans["paper"].delta == pytest.approx(0.2435, 1e-3)
+    assert DecoOptions().planner == "paper" and DecoOptions().phi == "paper"
+    with pytest.raises(ValueError):
+        DecoOptions(planner="fastest")
+    with pytest.raises(ValueError):
+        DecoOptions(phi="nope")
+
+
 def test_delta_grid() -> None:
     grid = delta_grid(1e-4, 5)
     assert grid[0] == 1e-4 and grid[-1] == 1.0 and len(grid) == 5
@@ -311,3 +431,36 @@ def test_plan_properties(
         assert result.t_avg_s == closed
         assert result.objective == pytest.approx(closed * (1 + math.sqrt(result.phi)))
         assert closed > T or math.isclose(closed, T)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    d=st.integers(1, 10**8),
+    n=st.integers(1, 16),
+    T=st.floats(1e-3, 1.0),
+    a=st.floats(1e4, 1e11),
+    b=st.one_of(st.just(0.0), st.floats(0.0, 1.0)),
+    topology=st.sampled_from(TOPOLOGIES),
+    tau_max=st.integers(0, 12),
+    phi_name=st.sampled_from(sorted(PHI_MODELS)),
+)
+def test_time_to_accuracy_properties(
+    d: int, n: int, T: float, a: float, b: float, topology: str, tau_max: int, phi_name: str
+) -> None:
+    phi = get_phi(phi_name)
+    kwargs = dict(topology=topology, tau_max=tau_max, phi=phi, grid_points=16)
+    result = plan(d, n, T, a, b, objective="time-to-accuracy", **kwargs)
+    k = topk_count(result.delta, d)
+    assert 0 <= result.staleness <= tau_max and k >= topk_count(1e-4, d)
+    assert result.phi == phi(result.delta, result.staleness)
+    f = topology_factors(topology, n, dense=k == d)
+    closed = t_avg(T, topk_wire_bits(k, d), a, b, result.staleness, f.h, f.l)
+    if result.bubble_free:
+        assert result.t_avg_s == T and closed == pytest.approx(T, rel=1e-9)
+    else:
+        assert result.t_avg_s == closed
+    assert result.objective == pytest.approx(result.t_avg_s * (1 + math.sqrt(result.phi)))
+    # it minimises J over a set that holds Algorithm 1's plan, so it never predicts worse
+    paper = plan(d, n, T, a, b, **kwargs)
+    paper_j = paper.t_avg_s * (1 + math.sqrt(paper.phi))
+    assert result.objective <= paper_j * (1 + 1e-12)

@@ -119,3 +119,28 @@ def test_bad_network_conditions_fail_before_training(tmp_path, fmnist_root, caps
     out = tmp_path / "bad"
     assert main([*RUN, "--data-root", str(fmnist_root), "--out", str(out), *extra]) == 2
     assert message in capsys.readouterr().err and not out.exists()
+
+
+def test_shaped_ratio_trace_keeps_the_means_and_the_shape():
+    """A two-row shape (10 Mbit/s, 100 ms for 5 s; 30 Mbit/s, 300 ms for 5 s: means 20 Mbit/s
+    and 200 ms) at ρ = 4, λ = 1 for d = 1000, T = 0.1 s, read against a reference T = 0.2 s:
+    times halve (k = 0.5), a = 32,000 / (4 · 0.1) = 80 kbit/s on average and b = 0.1 s."""
+    from benchmark.regime import shaped_ratio_trace, transmission_ratio
+    from netem.trace import Trace
+
+    shape = Trace(times_s=(0.0, 5.0), bandwidth_bps=(10e6, 30e6), latency_s=(0.1, 0.3),
+                  name="shape")
+    trace = shaped_ratio_trace(shape, 4.0, 1.0, d=1000, compute_s=0.1, reference_compute_s=0.2)
+    assert trace.times_s == (0.0, 2.5)
+    assert trace.bandwidth_bps == pytest.approx((40e3, 120e3))
+    assert trace.latency_s == pytest.approx((0.05, 0.15))
+    assert transmission_ratio(1000, trace.mean_bandwidth_bps(), 0.1) == pytest.approx(4.0)
+    assert trace.mean_latency_s() == pytest.approx(0.1)
+
+
+def test_ratio_shape_needs_the_ratios():
+    from benchmark.config import RunConfig
+
+    with pytest.raises(ValueError, match="--ratio-shape shapes the network"):
+        RunConfig(task="cnn-fmnist", method="d-sgd", trace="constant-20mbps-100ms",
+                  ratio_shape="deco52-cnn-fmnist")

@@ -1,6 +1,7 @@
 """GPT-2@WikiText: block chunking, perplexity, the tokenizer and its cache, text-file data
 roots (tiny files written here and the offline WikiText-2 slice), clear data errors, both
-profiles' parameter counts, vmap gradients, and end-to-end runs with every method."""
+profiles' parameter counts, vmap gradients, end-to-end runs with every method, and --init
+pretrained with from_pretrained and the tokenizer faked (no download)."""
 
 import math
 import random
@@ -17,9 +18,11 @@ from benchmark.flat import FlatLayout
 from benchmark.gradients import WorkerGradients
 from benchmark.methods import method_specs
 from benchmark.rundir import read_metrics, read_summary
+from benchmark.tasks import gpt2_wikitext
 from benchmark.tasks.base import build_seeded_model, parameter_count
 from benchmark.tasks.gpt2_wikitext import (
     MODELS,
+    Gpt2Shape,
     Gpt2WikiText,
     TokenBlocks,
     block_batch,
@@ -397,3 +400,130 @@ def test_bad_input_is_one_line_before_training(tmp_path, registered, capsys, ext
     assert len(err) == 1 and err[0].startswith("decobench: error: ") and message in err[0]
     assert not (tmp_path / "x").exists()
 
+
+
+# --- --init pretrained (from_pretrained is faked: no download, no weights) ---------------
+
+SMALL_PRETRAINED = Gpt2Shape(n_layer=1, n_embd=16, n_head=2, context=32,
+                             vocab_size=GPT2_VOCAB_SIZE, eval_blocks=4, eval_batch=2,
+                             pretrained="gpt2")
+OVERRIDES = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "use_cache": False,
+             "attn_implementation": "eager"}
+
+
+@pytest.fixture
+def fake_pretrained(monkeypatch, tmp_path):
+    """The paper profile shrunk to a 1-layer GPT-2 with GPT-2's vocabulary; from_pretrained
+    records its calls and returns a random model of that shape (``layers`` changes it);
+    GPT-2's BPE is a small trained BPE flagged as GPT-2's."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    calls: list = []
+    state = {"layers": 1, "fail": None}
+
+    def from_pretrained(name, **kwargs):
+        calls.append((name, kwargs))
+        if state["fail"] is not None:
+            raise state["fail"]
+        shape = gpt2_wikitext.MODELS["gpt2-small"]
+        return GPT2LMHeadModel(GPT2Config(
+            vocab_size=shape.vocab_size, n_positions=shape.context, n_embd=shape.n_embd,
+            n_layer=state["layers"], n_head=shape.n_head, **kwargs)).eval()
+
+    monkeypatch.setattr(GPT2LMHeadModel, "from_pretrained", staticmethod(from_pretrained))
+    monkeypatch.setitem(gpt2_wikitext.MODELS, "gpt2-small", SMALL_PRETRAINED)
+    bpe = TextTokenizer(trained_bpe(tiny_text(0), 300, tmp_path / "bpe").tokenizer,
+                        "GPT-2 BPE (fake)", gpt2=True)
+    monkeypatch.setattr(gpt2_wikitext, "fetch_gpt2_bpe", lambda name="gpt2": bpe)
+    monkeypatch.setattr(gpt2_wikitext, "choose_tokenizer", lambda text, vocab, *a, **k: bpe)
+    return calls, state
+
+
+def test_pretrained_loads_gpt2_with_the_tasks_overrides(fake_pretrained, tmp_path):
+    calls, state = fake_pretrained
+    task = Gpt2WikiText()
+    paper = task.profile("paper")
+    assert "from_pretrained('gpt2')" in task.pretrained_weights(paper)
+    assert task.pretrained_weights(task.profile("cpu")) is None
+    task.select_init("pretrained", paper)
+    model = build_seeded_model(task, paper, 0)
+    assert calls == [("gpt2", OVERRIDES)]
+    assert model.training and next(model.parameters()).dtype == torch.float32
+    assert model(torch.zeros(1, 8, dtype=torch.long)).shape == (1, 8, GPT2_VOCAB_SIZE)
+    state["layers"] = 2                               # weights of another shape: one line
+    with pytest.raises(DecobenchError, match=r"do not have this profile's GPT-2 shape: "
+                       r"n_layer 2 \(expected 1\)"):
+        build_seeded_model(task, paper, 0)
+    state["fail"] = OSError("We couldn't connect to 'https://huggingface.co'\nsecond line")
+    with pytest.raises(DecobenchError) as info:
+        build_seeded_model(task, paper, 0)
+    assert "from_pretrained('gpt2')" in str(info.value) and "HF_HOME" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_pretrained_needs_gpt2s_tokenizer(fake_pretrained, tmp_path, monkeypatch):
+    task = Gpt2WikiText()
+    paper = task.profile("paper")
+    task.select_init("pretrained", paper)
+    root = write_root(tmp_path / "text", "valid.txt", "test.txt")
+    assert "GPT-2 BPE (fake)" in task.load_data(root, False, paper).source
+    other = TextTokenizer(trained_bpe(tiny_text(1), 300, tmp_path / "other").tokenizer,
+                          "byte-level BPE trained on the training text")
+    monkeypatch.setattr(gpt2_wikitext, "choose_tokenizer", lambda *a, **k: other)
+    with pytest.raises(DecobenchError, match="GPT-2's weights need GPT-2's BPE tokenizer"):
+        task.load_data(root, False, paper)
+    Gpt2WikiText().load_data(root, False, paper)          # scratch: any tokenizer
+
+
+def test_gpt2_tokenizer_that_cannot_be_fetched_is_one_line(monkeypatch):
+    from transformers import GPT2TokenizerFast
+
+    from benchmark.tasks.tokenizer import fetch_gpt2_bpe
+
+    calls = []
+
+    def offline(name, **kwargs):
+        calls.append((name, kwargs))
+        raise OSError("We couldn't connect to 'https://huggingface.co'\nsecond line")
+
+    monkeypatch.setattr(GPT2TokenizerFast, "from_pretrained", staticmethod(offline))
+    with pytest.raises(DecobenchError) as info:
+        fetch_gpt2_bpe()
+    assert calls == [("gpt2", {"local_files_only": True}), ("gpt2", {})]   # cache, then Hub
+    message = str(info.value)
+    assert "GPT-2's tokenizer" in message and "HF_HOME" in message and "\n" not in message
+
+    class Empty:                     # what recent transformers return for missing files
+        backend_tokenizer = None
+
+        def __len__(self):
+            return 1
+
+    monkeypatch.setattr(GPT2TokenizerFast, "from_pretrained",
+                        staticmethod(lambda name, **kwargs: Empty()))
+    with pytest.raises(DecobenchError, match="tokenizer of 1 tokens, not GPT-2's 50257"):
+        fetch_gpt2_bpe()
+
+
+def test_pretrained_run_end_to_end(fake_pretrained, tmp_path, registered):
+    calls, _ = fake_pretrained
+    root = write_root(tmp_path / "text", "valid.txt", "test.txt")
+    out = tmp_path / "pretrained"
+    assert main(["run", "--task", "gpt2-wikitext", "--profile", "paper", "--init", "pretrained",
+                 "--method", "d-sgd", "--workers", "2", "--batch-size", "1", "--max-iters", "2",
+                 "--eval-every", "2", "--no-progress", "--trace", "constant-20mbps-100ms",
+                 "--data-root", str(root), "--out", str(out)]) == 0
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["init"] == "pretrained" and "GPT-2 BPE (fake)" in config["data_source"]
+    assert calls == [("gpt2", OVERRIDES)] and read_summary(out)["status"] == "finished"
+
+
+def test_pretrained_cpu_profile_is_one_line_before_training(tmp_path, registered, capsys):
+    root = write_root(tmp_path / "text", "valid.txt", "test.txt")
+    assert main(["run", "--task", "gpt2-wikitext", "--profile", "cpu", "--init", "pretrained",
+                 "--method", "d-sgd", "--trace", "constant-20mbps-100ms", "--data-root",
+                 str(root), "--out", str(tmp_path / "x"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "profile 'cpu' of task gpt2-wikitext has no published" in err[0]
+    assert "profiles with pretrained weights: paper" in err[0]
+    assert not (tmp_path / "x").exists()

@@ -1,12 +1,14 @@
 """vit-imagenet: a tiny ImageNet-style class-per-folder tree (PNGs and JPEGs written here)
 read by the real ImageFolder pipeline, clear errors for missing data, the timm ViTs of both
-profiles (parameter counts, vmap), and end-to-end runs of every method on the tree."""
+profiles (parameter counts, vmap), end-to-end runs of every method on the tree, and
+--init pretrained with timm.create_model faked (no download)."""
 
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from PIL import Image
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from torchvision.transforms import functional as TF
@@ -19,11 +21,11 @@ from benchmark.gradients import WorkerGradients
 from benchmark.methods import method_specs
 from benchmark.rundir import read_metrics, read_summary
 from benchmark.tasks.base import build_seeded_model, parameter_count
+from benchmark.tasks.standins import build_standins
 from benchmark.tasks.vit_imagenet import (
     ImageFolderData,
     VitImageNet,
     open_rgb,
-    write_fashion_mnist_standin,
     write_image_folder,
 )
 
@@ -227,10 +229,11 @@ def test_cli_rejects_missing_data_root_before_training(tmp_path, monkeypatch, ca
 
 
 def test_fashion_mnist_standin_tree(fmnist_root, tmp_path, task):
-    root = write_fashion_mnist_standin(fmnist_root, tmp_path / "standin", limit=30)
-    assert sorted(p.name for p in (root / "train").iterdir())[:2] == ["0-t-shirt-top",
-                                                                     "1-trouser"]
+    root = build_standins(fmnist_root, tmp_path / "standin", limit=30).imagenet
+    assert sorted(p.name for p in (root / "train").iterdir())[:2] == [
+        "fmnist-standin-0-t-shirt-top", "fmnist-standin-1-trouser"]
     data = task.load_data(root, False, task.profiles["cpu"])
+    assert "STAND-IN" in data.source and "not ImageNet" in data.source
     assert data.num_train == 30 and len(data.val) == 30 and data.num_classes == 10
     assert len(set(data.val.targets)) == 9      # the first 30 test images lack class 9
     inputs, _ = data.train_batch(torch.tensor([[0, 1]]))
@@ -238,3 +241,85 @@ def test_fashion_mnist_standin_tree(fmnist_root, tmp_path, task):
     (r_mean, g_mean, _), (r_std, g_std, _) = IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
     grey_as_red = inputs[..., 1, :, :] * g_std / r_std + (g_mean - r_mean) / r_std
     assert torch.allclose(inputs[..., 0, :, :], grey_as_red, atol=1e-4)  # grey images
+
+
+# --- --init pretrained (timm.create_model is faked: no download, no weights) -------------
+
+def _fake_timm(monkeypatch, fail: Exception | None = None) -> list:
+    """Record every timm.create_model call; return a small ViT at 224 pixels (or raise
+    ``fail`` for pretrained=True, as an offline download does)."""
+    import timm
+
+    real, calls = timm.create_model, []
+
+    def fake(name, pretrained=False, **kwargs):
+        calls.append((name, pretrained, kwargs))
+        if pretrained and fail is not None:
+            raise fail
+        return real("vit_tiny_patch16_224", pretrained=False, num_classes=kwargs["num_classes"],
+                    img_size=224, patch_size=32, embed_dim=32, depth=1, num_heads=2)
+
+    monkeypatch.setattr(timm, "create_model", fake)
+    return calls
+
+
+def test_pretrained_loads_timm_in21k_weights_with_the_tasks_head(tree, task, monkeypatch):
+    from benchmark.tasks.vit_imagenet import NO_DROPOUT
+
+    calls = _fake_timm(monkeypatch)
+    paper = task.profiles["paper"]
+    assert "augreg_in21k" in task.pretrained_weights(paper)
+    assert task.pretrained_weights(task.profiles["cpu"]) is None
+    task.select_init("pretrained", paper)
+    data = task.load_data(tree, False, paper)
+    model = build_seeded_model(task, paper, 0)
+    assert calls == [("vit_base_patch16_224.augreg_in21k", True, {"num_classes": 3, **NO_DROPOUT})]
+    assert model.head.out_features == 3 and all(not b.attn.fused_attn for b in model.blocks)
+    # inputs normalised as the AugReg weights were trained: mean = std = 0.5 per channel
+    inputs, _ = data.train_batch(torch.tensor([[0]]))
+    expected = [(c / 255 - 0.5) / 0.5 for c in SOLID]
+    assert torch.allclose(inputs[0, 0].mean(dim=(1, 2)), torch.tensor(expected), atol=0.02)
+    # a fresh task is scratch: pretrained=False, ImageNet's mean and std
+    fresh = VitImageNet()
+    build_seeded_model(fresh, paper, 0)
+    assert calls[-1][:2] == ("vit_base_patch16_224", False)
+    scratch_inputs, _ = fresh.load_data(tree, False, paper).train_batch(torch.tensor([[0]]))
+    assert not torch.allclose(scratch_inputs, inputs, atol=0.1)
+
+
+def test_pretrained_run_end_to_end_records_init(tree, tmp_path, monkeypatch):
+    monkeypatch.setitem(benchmark.tasks.TASKS, "vit-imagenet", VitImageNet)
+    calls = _fake_timm(monkeypatch)
+    out = tmp_path / "pretrained"
+    assert main(["run", "--task", "vit-imagenet", "--profile", "paper", "--init", "pretrained",
+                 "--method", "d-sgd", "--workers", "2", "--batch-size", "1", "--max-iters", "2",
+                 "--eval-every", "2", "--no-progress", "--trace", "constant-20mbps-100ms",
+                 "--data-root", str(tree), "--out", str(out)]) == 0
+    assert [c[0] for c in calls if c[1]] == ["vit_base_patch16_224.augreg_in21k"]
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["init"] == "pretrained" and read_summary(out)["status"] == "finished"
+
+
+def test_pretrained_download_failure_is_one_line(tree, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(benchmark.tasks.TASKS, "vit-imagenet", VitImageNet)
+    _fake_timm(monkeypatch, OSError("We couldn't connect to 'https://huggingface.co'\nmore"))
+    assert main(["run", "--task", "vit-imagenet", "--profile", "paper", "--init", "pretrained",
+                 "--method", "d-sgd", "--workers", "2", "--batch-size", "1", "--max-iters", "2",
+                 "--no-progress", "--trace", "constant-20mbps-100ms", "--data-root", str(tree),
+                 "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "could not load timm vit_base_patch16_224.augreg_in21k" in err[0]
+    assert "OSError: We couldn't connect" in err[0] and "HF_HOME" in err[0]
+
+
+def test_pretrained_with_the_cpu_profile_is_rejected_before_training(tree, tmp_path,
+                                                                     monkeypatch, capsys):
+    monkeypatch.setitem(benchmark.tasks.TASKS, "vit-imagenet", VitImageNet)
+    calls = _fake_timm(monkeypatch)
+    assert main(["run", "--task", "vit-imagenet", "--profile", "cpu", "--init", "pretrained",
+                 "--method", "d-sgd", "--no-progress", "--trace", "constant-20mbps-100ms",
+                 "--data-root", str(tree), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "profile 'cpu' of task vit-imagenet has no published weights" in err[0]
+    assert "profiles with pretrained weights: paper" in err[0]
+    assert not (tmp_path / "x").exists() and calls == []

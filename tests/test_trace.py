@@ -389,3 +389,23 @@ def test_make_bundled_reproduces_files_byte_for_byte(tmp_path: pathlib.Path) -> 
     for name in BUNDLED:
         committed = (bundled_trace_dir() / f"{name}.csv").read_bytes()
         assert (tmp_path / f"{name}.csv").read_bytes() == committed, name
+
+
+ORIGINAL_SHA256 = {
+    "wan-200ms-lowbw-varying": "500f15ea253a7ad24ef6f95a9e085c3635b5b3f1ac96c8bef7dc462de2f78b3a",
+    "constant-20mbps-100ms": "56788d3cb77754dcb1e1237f97072526225d7ce3555ee3d2dda0ec432655115d",
+    "constant-1gbps-10ms": "853099b2e9b8b58affd754d95f705491657548609125b350b00bcb41f1ea134a",
+    "wan-100mbps-steps": "02b5d7bada88c495f82379ed4b5c5f57d851aad3ffd2a29c00bae439502e8c87",
+    "congested-onoff": "625efbbb91dbd2d06532a318057c978241a01be7020e415ee20c725767f6423a",
+}
+"""The original bundled traces' bytes: finished sweeps depend on them, so they never change
+(the trace pack adds files; it does not touch these)."""
+
+
+def test_original_bundled_traces_keep_their_bytes() -> None:
+    import hashlib
+
+    assert set(ORIGINAL_SHA256) == REQUIRED
+    for name, digest in ORIGINAL_SHA256.items():
+        data = (bundled_trace_dir() / f"{name}.csv").read_bytes()
+        assert hashlib.sha256(data).hexdigest() == digest, name

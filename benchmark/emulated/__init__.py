@@ -8,10 +8,11 @@
   shaping, probe, trace player, worker processes, fault handling and teardown;
 - :mod:`benchmark.emulated.fidelity` — ``decobench fidelity``: both backends, one table.
 
-The methods that run here are the DD-EF-SGD family (D-SGD, DD-EF-SGD, DeCo-SGD): their
+The methods that run here are the DD-EF-SGD family (D-SGD, DD-EF-SGD, DeCo-SGD and
+the paper's static strategy cocktail-sgd-topk): their
 step splits into a worker half and an aggregation half that this backend runs on separate
 ranks with the very same objects (:class:`benchmark.methods.ddefsgd.DDEFSGD`).
 """
 
-EMULATED_METHODS: tuple[str, ...] = ("d-sgd", "dd-ef-sgd", "deco-sgd")
+EMULATED_METHODS: tuple[str, ...] = ("d-sgd", "dd-ef-sgd", "deco-sgd", "cocktail-sgd-topk")
 """Methods with an emulated implementation."""

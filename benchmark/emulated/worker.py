@@ -45,7 +45,15 @@ from benchmark.methods import MethodContext, Observation
 from benchmark.methods.ddefsgd import DDEFSGD
 from benchmark.progress import RunProgress
 from benchmark.rundir import RunDirectory
-from benchmark.runner import Outcome, PreparedRun, load_task_data, resolved_config, summary_fields
+from benchmark.runner import (
+    Outcome,
+    PreparedRun,
+    evaluation_plan,
+    load_task_data,
+    record_evaluation,
+    resolved_config,
+    summary_fields,
+)
 from benchmark.sharding import ShardedBatches
 from benchmark.tasks.base import build_seeded_model
 from benchmark.topology import topology_factors
@@ -241,6 +249,7 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
     comm.start()
 
     outcome = Outcome()
+    evaluations, book = evaluation_plan(run)
     sent: dict[int, _Sent] = {}
     unapplied: list[int] = []
     report_next: int | None = None  # the transfer our next header reports on
@@ -335,22 +344,15 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
                     log(row)
                     break
                 last = k + 1 == run.max_iters or stop_after == k
-                if (k + 1) % run.eval_every == 0 or last:
+                if evaluations.due(k + 1, book) or last:
                     ready = clock.train_s()
                     paused = time.monotonic()
                     metric = task.evaluate(
                         lambda x: gradients.forward(method.evaluation_params(params), x), data)
                     clock.paused_s += time.monotonic() - paused
-                    outcome.final_metric = metric
-                    row.update(metric=metric, metric_name=task.metric_name,
-                               metric_time_s=ready)
-                    if (config.target is not None and not outcome.reached
-                            and task.target_reached(metric, config.target)):
-                        outcome.reached = True
-                        outcome.time_to_target_s, outcome.iters_to_target = ready, k + 1
-                        row["target_reached"] = True
-                        if config.stop_at_target:
-                            request_stop = True
+                    record_evaluation(run, outcome, book, row, k + 1, metric, ready)
+                    if row.get("target_reached") and config.stop_at_target:
+                        request_stop = True
                 if config.max_sim_time is not None and clock.train_s() >= config.max_sim_time:
                     request_stop = True
                 if (k + 1) % config.log_every == 0 or "metric" in row or last:
@@ -384,7 +386,7 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
     summary = summary_fields(run, outcome, layout.d, time.perf_counter() - wall_start, trace,
                              sim_time_s=total, bubble_s=bubble_total,
                              bubble_fraction=bubble_total / total if total > 0 else 0.0,
-                             time_basis="measured")
+                             time_basis="measured", book=book)
     summary.update(latency_mechanism=settings.latency_mechanism, process_group=backend,
                    evaluation_pause_s=clock.paused_s)
     tracker.finish(summary)

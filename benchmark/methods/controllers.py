@@ -69,10 +69,10 @@ class DecoController:
 
     def __init__(self, *, d: int, workers: int, topology: str, phi: PhiModel, interval: int,
                  tau_max: int, delta_min: float, kappa: float, initial_delta: float,
-                 estimator: LinkEstimator) -> None:
+                 estimator: LinkEstimator, objective: str = "paper") -> None:
         self.d, self.workers, self.topology, self.phi = d, workers, topology, phi
         self.interval, self.tau_max = interval, tau_max
-        self.delta_min, self.kappa = delta_min, kappa
+        self.delta_min, self.kappa, self.objective = delta_min, kappa, objective
         self.estimator = estimator
         self._current = Schedule(initial_delta, 0)
         self._last_plan_at: int | None = None
@@ -93,7 +93,8 @@ class DecoController:
             estimate = estimator.estimate()
             chosen = plan(self.d, self.workers, estimate.compute_s, estimate.bandwidth_bps,
                           estimate.latency_s, topology=self.topology, phi=self.phi,
-                          tau_max=self.tau_max, delta_min=self.delta_min, kappa=self.kappa)
+                          tau_max=self.tau_max, delta_min=self.delta_min, kappa=self.kappa,
+                          objective=self.objective)
             self._current = Schedule(chosen.delta, chosen.staleness)
             self._last_plan_at = iteration
             self._fresh = PlanRecord(iteration, estimate, chosen)
@@ -149,4 +150,4 @@ def deco_controller(context: MethodContext, options: PlannerOptions,
         d=context.d, workers=context.workers, topology=context.topology,
         phi=get_phi(options.phi), interval=interval, tau_max=options.tau_max,
         delta_min=options.delta_min, kappa=options.kappa, initial_delta=options.initial_delta,
-        estimator=LinkEstimator(alpha=options.estimator_alpha))
+        estimator=LinkEstimator(alpha=options.estimator_alpha), objective=options.planner)

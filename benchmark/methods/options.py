@@ -28,12 +28,18 @@ class PlannerOptions(MethodOptions):
     kappa: float = Field(1.0, ge=0, description="κ in the fallback objective "
                          "T_avg·(1 + κ·sqrt(Φ)) used when no τ is bubble-free (this "
                          "project's modelling choice)")
-    phi: Literal["paper"] = Field("paper", description="Φ model (iteration-to-accuracy "
-                                  "factor); 'paper' = τ + (1−δ)/(δ(1−δ)^τ)")
+    phi: Literal["paper", "ef"] = Field("paper", description="Φ model (iteration-to-accuracy "
+                                        "factor); 'paper' = τ + (1−δ)/(δ(1−δ)^τ); 'ef' = τ + "
+                                        "0.003·(1−δ)/(δ(1−δ)^τ), this project's alternative "
+                                        "(docs/deco-planner.md)")
     initial_delta: float = Field(0.01, gt=0, le=1, description="δ of the first iteration, "
                                  "sent before any measurement exists (it is the probe)")
     estimator_alpha: float = Field(0.3, gt=0, le=1, description="EWMA weight of the newest "
                                    "measurement of bandwidth, latency and compute time")
+    planner: Literal["paper", "time-to-accuracy"] = Field(
+        "paper", description="'paper' = Algorithm 1 (bubble-free pairs, minimal Φ); "
+        "'time-to-accuracy' = minimise T_avg·(1 + κ·sqrt(Φ)) over every (δ, τ), bubble-free or "
+        "not, this project's alternative (docs/deco-planner.md)")
 
 
 class DecoOptions(PlannerOptions):

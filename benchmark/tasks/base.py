@@ -14,6 +14,21 @@ from torch import Tensor, nn
 
 from benchmark.errors import DecobenchError
 
+STANDIN_MARKER = "STANDIN.txt"
+"""A ``--data-root`` holding this file is an offline stand-in, not the task's data set
+(``benchmark/tasks/standins.py`` writes it): its first line says what the data are, and the
+task's loader appends that line to ``data_source`` so every run on it is labelled."""
+
+
+def standin_label(data_root: Path) -> str | None:
+    """The first line of ``data_root``'s :data:`STANDIN_MARKER`, or None when there is no
+    such file (the data are what the task says they are)."""
+    path = Path(data_root) / STANDIN_MARKER
+    if not path.is_file():
+        return None
+    lines = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    return lines[0].strip() if lines else f"STAND-IN ({STANDIN_MARKER} is empty)"
+
 
 @dataclass(frozen=True)
 class TaskProfile:
@@ -87,6 +102,12 @@ class Task(ABC):
     vectorise: ClassVar[bool] = True
     """Compute the n workers' gradients with one ``vmap`` (False: one pass per worker, for
     models whose forward pass ``torch.func.vmap`` cannot batch)."""
+    init: str = "scratch"
+    """How :func:`build_seeded_model` initialises the model: ``scratch`` (random weights
+    from the run's seed) or ``pretrained`` (published weights, :meth:`pretrained_weights`);
+    set by :meth:`select_init`, which :func:`benchmark.runner.prepare` calls with
+    ``--init``. Tasks whose data pipeline follows the weights (ViT's normalisation, GPT-2's
+    tokenizer) read it too."""
 
     def profile(self, name: str) -> TaskProfile:
         if name not in self.profiles:
@@ -110,6 +131,40 @@ class Task(ABC):
             raise DecobenchError(f"--dataset {variant!r} is not a data set of task "
                                  f"{self.name}; choose from: {choices}")
         return variant
+
+    def pretrained_weights(self, profile: TaskProfile) -> str | None:
+        """What ``--init pretrained`` loads for ``profile`` (published weights, downloaded
+        on first use), or None when the profile has none. Default: none."""
+        return None
+
+    def select_init(self, init: str, profile: TaskProfile) -> None:
+        """Check ``init`` for ``profile`` before training (one-line DecobenchError) and make
+        it this task's :attr:`init`."""
+        if init not in ("scratch", "pretrained"):
+            raise DecobenchError(f"--init {init!r}: choose scratch or pretrained")
+        if init == "pretrained":
+            supported = sorted(name for name, p in self.profiles.items()
+                               if self.pretrained_weights(p) is not None)
+            if not supported:
+                raise DecobenchError(
+                    f"--init pretrained: task {self.name} has no published pretrained weights "
+                    "(it trains from scratch only); drop --init or give --init scratch")
+            if profile.name not in supported:
+                raise DecobenchError(
+                    f"--init pretrained: profile {profile.name!r} of task {self.name} has no "
+                    f"published weights (its model is this project's own size); profiles "
+                    f"with pretrained weights: {', '.join(supported)}; or use --init scratch")
+            self.check_pretrained(profile)
+        self.init = init
+
+    def check_pretrained(self, profile: TaskProfile) -> None:
+        """Further checks before a pretrained run (e.g. a tokenizer the weights need)."""
+        return None
+
+    def build_pretrained_model(self, profile: TaskProfile) -> nn.Module:
+        """The model of ``profile`` with :meth:`pretrained_weights` loaded (callers fix the
+        RNG seed around this call: a classifier head that is not loaded is initialised)."""
+        raise DecobenchError(f"--init pretrained: task {self.name} has no pretrained weights")
 
     @abstractmethod
     def check_data(self, data_root: Path | None, download: bool,
@@ -157,7 +212,23 @@ def parameter_count(task: Task, profile: TaskProfile) -> int:
 
 
 def build_seeded_model(task: Task, profile: TaskProfile, seed: int) -> nn.Module:
-    """``task.build_model`` under a forked RNG seeded with ``seed`` (no global side effect)."""
+    """``task.build_model`` (``task.init == "scratch"``, the default) or
+    ``task.build_pretrained_model`` (``"pretrained"``) under a forked RNG seeded with
+    ``seed`` (no global side effect)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
+        if task.init == "pretrained":
+            return task.build_pretrained_model(profile)
         return task.build_model(profile)
+
+
+def pretrained_load_error(what: str, exc: BaseException) -> DecobenchError:
+    """One line saying that loading ``what`` (pretrained weights, or the tokenizer they
+    need) failed, why (the first line of the library's message) and how to provide it."""
+    lines = str(exc).strip().splitlines()
+    reason = f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    return DecobenchError(
+        f"--init pretrained: could not load {what} ({reason}); it downloads from the Hugging "
+        "Face Hub on first use: run once with internet access, or point HF_HOME (or "
+        "HF_HUB_CACHE) at a Hugging Face cache that holds it (HF_HUB_OFFLINE=1 reads only the "
+        "cache), or use --init scratch")

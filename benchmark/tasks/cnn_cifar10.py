@@ -14,7 +14,7 @@ training split) and are normalised per batch.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from torchvision.datasets import CIFAR10
 
 from benchmark.errors import DecobenchError
-from benchmark.tasks.base import ClassificationTask, TaskData, TaskProfile
+from benchmark.tasks.base import ClassificationTask, TaskData, TaskProfile, standin_label
 from benchmark.tasks.cnn_fmnist import PaperCNN, classification_accuracy, default_data_root
 
 BASE_FOLDER = CIFAR10.base_folder                     # "cifar-10-batches-py"
@@ -160,9 +160,11 @@ def _py2_pickle(entry: dict[str, object]) -> bytes:
 
 
 def write_cifar_format(root: Path, train_images: Tensor, train_labels: Tensor,
-                       test_images: Tensor, test_labels: Tensor) -> Path:
+                       test_images: Tensor, test_labels: Tensor,
+                       label_names: Sequence[str] = CLASSES) -> Path:
     """Write ``uint8`` images ``[N, 3, 32, 32]`` and labels ``[N]`` as the CIFAR-10 python
-    version under ``root/cifar-10-batches-py/``; returns that folder.
+    version under ``root/cifar-10-batches-py/``; returns that folder. ``label_names`` go
+    into ``batches.meta`` (default: CIFAR-10's; a stand-in names its own classes).
 
     The format of cs.toronto.edu/~kriz/cifar.html: each batch is a pickled dict with
     ``data`` (uint8 numpy ``[N, 3072]``, each row a 32×32 image, the 1024 red values first,
@@ -195,7 +197,9 @@ def write_cifar_format(root: Path, train_images: Tensor, train_labels: Tensor,
         batch(name, f"training batch {i + 1} of {len(TRAIN_FILES)}", train_images[idx],
               train_labels[idx], int(idx[0]) if len(idx) else 0)
     batch(TEST_FILES[0], "testing batch 1 of 1", test_images, test_labels, 0)
-    dump(META_FILE, {"label_names": list(CLASSES), "num_vis": 3072,
+    if len(label_names) != len(CLASSES):
+        raise ValueError(f"label_names must name {len(CLASSES)} classes, got {len(label_names)}")
+    dump(META_FILE, {"label_names": list(label_names), "num_vis": 3072,
                      "num_cases_per_batch": max(len(c) for c in chunks)})
     return folder
 
@@ -251,8 +255,10 @@ class CnnCifar10(ClassificationTask):
         except PARSE_ERRORS as exc:
             raise DecobenchError(f"CIFAR-10 at {root / BASE_FOLDER} is not in the python "
                                  f"pickle format ({type(exc).__name__}: {exc})") from exc
+        label = standin_label(root)
         return Cifar10Data(train_images=train[0], train_targets=train[1],
-                           test_images=test[0], test_targets=test[1], source=str(root))
+                           test_images=test[0], test_targets=test[1],
+                           source=str(root) if label is None else f"{root}; {label}")
 
     def build_model(self, profile: TaskProfile) -> nn.Module:
         return PaperCNN(in_channels=3, image_size=32)

@@ -1,11 +1,13 @@
-"""GPT-2@WikiText: a GPT-2 language model trained from scratch on WikiText, perplexity
-(exp of the mean token cross-entropy) on the test split.
+"""GPT-2@WikiText: a GPT-2 language model trained on WikiText, from scratch (default) or from
+OpenAI's GPT-2 weights (``--init pretrained``, paper profile), perplexity (exp of the mean
+token cross-entropy) on the test split.
 
-The model is ``transformers``' ``GPT2LMHeadModel`` built from a ``GPT2Config`` (never
-pretrained weights). The token stream of each split is cut into non-overlapping blocks of
-the profile's context length L; block i's inputs are tokens ``[iL, (i+1)L)`` and its targets
-the same tokens shifted by one, ``[iL+1, (i+1)L+1)``, so every token but the first is
-predicted exactly once.
+The model is ``transformers``' ``GPT2LMHeadModel``, built from a ``GPT2Config`` (scratch) or
+by ``GPT2LMHeadModel.from_pretrained("gpt2")`` with the same overrides (pretrained; the
+tokenizer must then be GPT-2's BPE). The token stream of each split is cut into
+non-overlapping blocks of the profile's context length L; block i's inputs are tokens
+``[iL, (i+1)L)`` and its targets the same tokens shifted by one, ``[iL+1, (i+1)L+1)``, so
+every token but the first is predicted exactly once.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.errors import DecobenchError
-from benchmark.tasks.base import Task, TaskData, TaskProfile
+from benchmark.tasks.base import Task, TaskData, TaskProfile, pretrained_load_error
 from benchmark.tasks.cnn_fmnist import default_data_root
-from benchmark.tasks.tokenizer import GPT2_VOCAB_SIZE, choose_tokenizer
+from benchmark.tasks.tokenizer import GPT2_VOCAB_SIZE, choose_tokenizer, fetch_gpt2_bpe
 
 if TYPE_CHECKING:
     from transformers import GPT2Config
@@ -45,6 +47,16 @@ class Gpt2Shape:
     """Test blocks evaluated (the first ones, in order); None: the whole test split."""
     eval_batch: int
     """Blocks per forward pass during evaluation."""
+    pretrained: str | None = None
+    """The Hugging Face Hub id of published weights of exactly this shape, which ``--init
+    pretrained`` loads (None: there are none)."""
+
+    def overrides(self) -> dict[str, object]:
+        """The settings every model of this task has, from scratch or pretrained: no
+        dropout, so a worker's forward pass is a pure function of (x, batch); no KV cache;
+        eager attention (see :meth:`config`)."""
+        return {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "use_cache": False,
+                "attn_implementation": "eager"}
 
     def config(self) -> GPT2Config:
         """GPT-2's architecture at this size. Dropout is 0 so a worker's forward pass is a
@@ -56,15 +68,24 @@ class Gpt2Shape:
         return GPT2Config(
             vocab_size=self.vocab_size, n_positions=self.context, n_embd=self.n_embd,
             n_layer=self.n_layer, n_head=self.n_head,
-            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,   # deterministic forward passes
             bos_token_id=None, eos_token_id=None,              # no generation, no special ids
-            use_cache=False, attn_implementation="eager")      # eager attention: vmap-able
+            **self.overrides())                                # no dropout, eager attention
+
+    def mismatch(self, config: GPT2Config) -> str | None:
+        """How a loaded model's ``config`` differs from this shape, or None."""
+        wrong = [f"{name} {getattr(config, name, None)} (expected {value})" for name, value in (
+            ("vocab_size", self.vocab_size), ("n_positions", self.context),
+            ("n_embd", self.n_embd), ("n_layer", self.n_layer), ("n_head", self.n_head))
+            if getattr(config, name, None) != value]
+        return ", ".join(wrong) or None
 
 
 MODELS: dict[str, Gpt2Shape] = {
     # GPT-2 small (Radford et al. 2019, "117M", 124,439,808 parameters with tied embeddings).
+    # --init pretrained: OpenAI's GPT-2 small weights, Hugging Face Hub "gpt2" (WebText).
     "gpt2-small": Gpt2Shape(n_layer=12, n_embd=768, n_head=12, context=1024,
-                            vocab_size=GPT2_VOCAB_SIZE, eval_blocks=None, eval_batch=8),
+                            vocab_size=GPT2_VOCAB_SIZE, eval_blocks=None, eval_batch=8,
+                            pretrained="gpt2"),
     # This project's CPU model: 2 layers of width 128, context 128, a 4,096-token BPE.
     "gpt2-tiny": Gpt2Shape(n_layer=2, n_embd=128, n_head=2, context=128, vocab_size=4096,
                            eval_blocks=256, eval_batch=32),
@@ -73,13 +94,26 @@ MODELS: dict[str, Gpt2Shape] = {
 
 class Gpt2LanguageModel(nn.Module):
     """``GPT2LMHeadModel`` whose ``forward(input_ids [B, L])`` returns logits ``[B, L, V]``,
-    so ``torch.func.functional_call`` can run it with flat parameters."""
+    so ``torch.func.functional_call`` can run it with flat parameters. Random weights, or
+    with ``pretrained`` (a Hub id or local folder) those weights, which must have ``shape``."""
 
-    def __init__(self, shape: Gpt2Shape) -> None:
+    def __init__(self, shape: Gpt2Shape, pretrained: str | None = None) -> None:
         super().__init__()
         from transformers import GPT2LMHeadModel
 
-        self.gpt = GPT2LMHeadModel(shape.config())      # random init, never from_pretrained
+        if pretrained is None:
+            self.gpt = GPT2LMHeadModel(shape.config())      # random init
+            return
+        try:
+            gpt = GPT2LMHeadModel.from_pretrained(pretrained, **shape.overrides())
+        except Exception as exc:   # a download or cache failure, reported in one line
+            raise pretrained_load_error(
+                f"transformers GPT2LMHeadModel.from_pretrained({pretrained!r})", exc) from exc
+        wrong = shape.mismatch(gpt.config)
+        if wrong:
+            raise DecobenchError(f"--init pretrained: the weights {pretrained!r} do not have "
+                                 f"this profile's GPT-2 shape: {wrong}")
+        self.gpt = gpt.float().train()     # fp32 like the scratch model; no dropout anyway
 
     def forward(self, input_ids: Tensor) -> Tensor:
         return self.gpt(input_ids=input_ids, use_cache=False).logits
@@ -145,8 +179,8 @@ def perplexity(forward: Callable[[Tensor], Tensor], data: TokenBlocks,
 
 class Gpt2WikiText(Task):
     name = "gpt2-wikitext"
-    description = ("GPT-2 trained from scratch on WikiText (124M parameters in the paper "
-                   "profile), test perplexity")
+    description = ("GPT-2 on WikiText (124M parameters in the paper profile; from scratch, or "
+                   "OpenAI's weights with --init pretrained), test perplexity")
     metric_name = "perplexity"
     higher_is_better = False
     dataset_variants = ("wikitext-2-raw-v1", "wikitext-103-raw-v1")
@@ -179,6 +213,17 @@ class Gpt2WikiText(Task):
             raise DecobenchError(f"task {self.name}: unknown model {profile.model!r}; "
                                  f"choose from {', '.join(sorted(MODELS))}")
         return MODELS[profile.model]
+
+    def pretrained_weights(self, profile: TaskProfile) -> str | None:
+        name = self.shape(profile).pretrained
+        return None if name is None else (
+            f"transformers GPT2LMHeadModel.from_pretrained({name!r}) (OpenAI's GPT-2, Hugging "
+            "Face Hub), with GPT-2's BPE tokenizer")
+
+    def check_pretrained(self, profile: TaskProfile) -> None:
+        """GPT-2's weights index GPT-2's vocabulary: its BPE must be the tokenizer, so it
+        is fetched now (local cache, else download) rather than a BPE trained here."""
+        fetch_gpt2_bpe(self.shape(profile).pretrained or "gpt2")
 
     def validate_target(self, target: float) -> None:
         if not (math.isfinite(target) and target > 1.0):
@@ -215,6 +260,12 @@ class Gpt2WikiText(Task):
         else:
             train_text, test_text, where = _download_wikitext(variant or "", download)
         tokenizer = choose_tokenizer(train_text, shape.vocab_size)
+        if self.init == "pretrained" and not tokenizer.gpt2:
+            raise DecobenchError(
+                "--init pretrained: GPT-2's weights need GPT-2's BPE tokenizer, but the data "
+                f"were tokenized with a {tokenizer.description}; put GPT-2's tokenizer in the "
+                "Hugging Face cache (GPT2TokenizerFast.from_pretrained('gpt2') once online) or "
+                "use --init scratch")
         if tokenizer.vocab_size > shape.vocab_size:
             raise DecobenchError(f"tokenizer has {tokenizer.vocab_size} tokens but the "
                                  f"{profile.name} profile's model has {shape.vocab_size}")
@@ -231,6 +282,12 @@ class Gpt2WikiText(Task):
 
     def build_model(self, profile: TaskProfile) -> nn.Module:
         return Gpt2LanguageModel(self.shape(profile))
+
+    def build_pretrained_model(self, profile: TaskProfile) -> nn.Module:
+        shape = self.shape(profile)
+        if shape.pretrained is None:
+            return super().build_pretrained_model(profile)
+        return Gpt2LanguageModel(shape, pretrained=shape.pretrained)
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         """Mean token cross-entropy of logits ``[..., L, V]`` against targets ``[..., L]``."""

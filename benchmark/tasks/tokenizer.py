@@ -3,7 +3,9 @@ byte-level BPE trained on the training text and cached.
 
 GPT-2's own tokenizer (``GPT2TokenizerFast.from_pretrained("gpt2")``, 50,257 tokens) is
 only looked up in the local Hugging Face cache (``local_files_only=True``), so an offline
-machine never waits on the network; users who want it run that call once online. Otherwise
+machine never waits on the network; users who want it run that call once online. The one
+exception is ``--init pretrained`` (:func:`fetch_gpt2_bpe`): GPT-2's weights only make sense
+with GPT-2's tokenizer, so it is downloaded with them when the cache lacks it. Otherwise
 a byte-level BPE (the scheme GPT-2 uses, Radford et al. 2019) is trained with the
 ``tokenizers`` library on the training text and cached as a ``tokenizer.json`` file under
 ``$DECOBENCH_CACHE/tokenizers/`` (default ``~/.cache/decobench/tokenizers/``), keyed by
@@ -24,6 +26,7 @@ from tokenizers import ByteLevelBPETokenizer, Tokenizer
 from torch import Tensor
 
 from benchmark.atomicio import write_text_atomic
+from benchmark.tasks.base import pretrained_load_error
 
 GPT2_VOCAB_SIZE = 50257
 """Tokens of GPT-2's BPE: 256 bytes + 50,000 merges + ``<|endoftext|>`` (Radford et al.
@@ -42,6 +45,9 @@ class TextTokenizer:
     description: str
     from_cache: bool = False
     """True when a trained tokenizer was read from the cache instead of trained."""
+    gpt2: bool = False
+    """True for GPT-2's own BPE (:func:`load_gpt2_bpe`), the vocabulary of GPT-2's
+    pretrained weights."""
 
     @property
     def vocab_size(self) -> int:
@@ -87,7 +93,29 @@ def load_gpt2_bpe(name_or_path: str = "gpt2") -> TextTokenizer | None:
         return None
     return TextTokenizer(loaded.backend_tokenizer,
                          f"GPT-2 BPE (transformers GPT2TokenizerFast {name_or_path!r}, "
-                         f"vocab {GPT2_VOCAB_SIZE})")
+                         f"vocab {GPT2_VOCAB_SIZE})", gpt2=True)
+
+
+def fetch_gpt2_bpe(name_or_path: str = "gpt2") -> TextTokenizer:
+    """GPT-2's BPE for ``--init pretrained``: from the local Hugging Face cache, else
+    downloaded into it first. Raises a one-line DecobenchError saying how to provide it."""
+    found = load_gpt2_bpe(name_or_path)
+    if found is not None:
+        return found
+    from transformers import GPT2TokenizerFast
+
+    what = (f"GPT-2's tokenizer (transformers GPT2TokenizerFast {name_or_path!r}), which "
+            "GPT-2's weights need")
+    try:
+        loaded = GPT2TokenizerFast.from_pretrained(name_or_path)
+    except Exception as exc:  # offline, no cache, a broken download: one line
+        raise pretrained_load_error(what, exc) from exc
+    found = load_gpt2_bpe(name_or_path)
+    if found is None:    # recent transformers return an empty tokenizer when files are missing
+        raise pretrained_load_error(what, LookupError(
+            f"transformers returned a tokenizer of {len(loaded)} tokens, not GPT-2's "
+            f"{GPT2_VOCAB_SIZE}: its files are neither cached nor downloaded"))
+    return found
 
 
 def trained_bpe_path(train_text: str, vocab_size: int, cache_dir: Path | None = None) -> Path:

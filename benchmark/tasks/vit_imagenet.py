@@ -1,6 +1,7 @@
-"""ViT@ImageNet: a Vision Transformer (timm) trained from scratch on ImageNet-1k, read from a
-local class-per-folder tree (``<root>/train/<wnid>/*.JPEG``, ``<root>/val/<wnid>/*.JPEG``),
-top-1 accuracy on (an evenly spaced subset of) the validation split.
+"""ViT@ImageNet: a Vision Transformer (timm) trained on ImageNet-1k, from scratch (default) or
+from ImageNet-21k weights (``--init pretrained``, paper profile), read from a local
+class-per-folder tree (``<root>/train/<wnid>/*.JPEG``, ``<root>/val/<wnid>/*.JPEG``), top-1
+accuracy on (an evenly spaced subset of) the validation split.
 
 ImageNet does not fit in memory and cannot be downloaded automatically (image-net.org asks
 every user to register and accept its terms), so the images are decoded lazily, batch by
@@ -10,7 +11,6 @@ batch, from the tree the user arranged; ``docs/tasks/vit-imagenet.md`` says how.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -26,7 +26,13 @@ from torchvision.datasets import ImageFolder
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from benchmark.errors import DecobenchError
-from benchmark.tasks.base import ClassificationTask, TaskData, TaskProfile
+from benchmark.tasks.base import (
+    ClassificationTask,
+    TaskData,
+    TaskProfile,
+    pretrained_load_error,
+    standin_label,
+)
 
 CROP_PCT = 0.875
 """Resize the shorter side to ``image_size / 0.875`` (256 for 224), then centre-crop: the
@@ -57,6 +63,8 @@ class VitSpec:
     once :meth:`VitImageNet.load_data` ran, the head has one output per class folder.
     ``eval_images`` caps the validation images evaluated (evenly spaced over the sorted
     split, so every class is represented); ``eval_batch`` is the evaluation chunk size.
+    ``pretrained`` is the timm name, with its weight tag, of the published weights that
+    ``--init pretrained`` loads into the same architecture (None: there are none).
     """
 
     arch: str
@@ -65,14 +73,18 @@ class VitSpec:
     eval_images: int
     eval_batch: int
     arch_kwargs: dict[str, Any] = field(default_factory=dict)
+    pretrained: str | None = None
 
 
 MODELS: dict[str, VitSpec] = {
     # ViT-B/16 (Dosovitskiy et al. 2021): 12 blocks, width 768, 12 heads, 16x16 patches at
     # 224x224; 86,567,656 parameters with 1000 classes. 10,000 validation images = every 5th
-    # of the 50,000 (10 per class).
+    # of the 50,000 (10 per class). --init pretrained: the ImageNet-21k pre-training of
+    # AugReg (Steiner et al. 2022), not timm's default tag augreg2_in21k_ft_in1k, which is
+    # already fine-tuned on ImageNet-1k (a run would start at its final accuracy).
     "vit-b16": VitSpec(arch="vit_base_patch16_224", image_size=224, default_classes=1000,
-                       eval_images=10_000, eval_batch=125),
+                       eval_images=10_000, eval_batch=125,
+                       pretrained="vit_base_patch16_224.augreg_in21k"),
     # This project's CPU-sized ViT: 4 blocks, width 96, 3 heads (head width 32), 4x4 patches
     # at 32x32 (64 patches + a class token, the usual patching of 32-pixel ImageNet
     # variants); 555,592 parameters with 1000 classes. 2,000 validation images (2 per class
@@ -151,8 +163,9 @@ class ImageFolderData(TaskData):
 
 class VitImageNet(ClassificationTask):
     name = "vit-imagenet"
-    description = ("ViT-B/16 (timm, 86.6M parameters, from scratch) on ImageNet-1k from a "
-                   "class-per-folder tree, top-1 accuracy")
+    description = ("ViT-B/16 (timm, 86.6M parameters; from scratch, or ImageNet-21k weights "
+                   "with --init pretrained) on ImageNet-1k from a class-per-folder tree, top-1 "
+                   "accuracy")
     vectorise = True
     """timm's Attention is switched to its explicit (non-fused) path in :meth:`build_model`:
     matmul + softmax have vmap batching rules on every device, while the fused CPU kernel
@@ -196,6 +209,23 @@ class VitImageNet(ClassificationTask):
                                  f"{profile.model!r}; known models: {', '.join(MODELS)}")
         return MODELS[profile.model]
 
+    def pretrained_weights(self, profile: TaskProfile) -> str | None:
+        name = self.spec(profile).pretrained
+        return None if name is None else (
+            f"timm {name} (ImageNet-21k pre-training, Hugging Face Hub timm/{name}), a new "
+            "classifier head with one output per class")
+
+    def normalisation(self, spec: VitSpec) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Per-channel mean and std of the input pipeline: ImageNet's (timm's
+        ``IMAGENET_DEFAULT_MEAN/STD``) from scratch; the pretrained weights' own (from
+        timm's pretrained config, no download; 0.5, 0.5 for AugReg) with ``--init
+        pretrained``, the inputs those weights were trained on."""
+        if self.init == "pretrained" and spec.pretrained is not None:
+            cfg = timm.models.get_pretrained_cfg(spec.pretrained)
+            if cfg is not None:
+                return tuple(cfg.mean), tuple(cfg.std)
+        return IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
     def check_data(self, data_root: Path | None, download: bool,
                    variant: str | None = None) -> None:
         if data_root is None:
@@ -233,20 +263,40 @@ class VitImageNet(ClassificationTask):
         spec = self.spec(profile)
         root = Path(data_root)
         resize = int(spec.image_size / CROP_PCT)
+        mean, std = self.normalisation(spec)
         options: dict[str, Any] = {
             "transform": create_transform(spec.image_size, is_training=False,
                                           interpolation="bicubic", crop_pct=CROP_PCT,
-                                          mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD),
+                                          mean=mean, std=std),
             "loader": partial(open_rgb, min_side=resize)}
         train = ImageFolder(str(root / "train"), **options)
         val = _FolderWithClasses(str(root / "val"), train.class_to_idx, **options)
         self.num_classes = len(train.classes)
+        label = standin_label(root)
         return ImageFolderData(train=train, val=val, eval_images=spec.eval_images,
-                               eval_batch=spec.eval_batch, source=str(root))
+                               eval_batch=spec.eval_batch,
+                               source=str(root) if label is None else f"{root}; {label}")
 
     def build_model(self, profile: TaskProfile) -> nn.Module:
         spec = self.spec(profile)
-        model = timm.create_model(spec.arch, pretrained=False,
+        return self._create(spec, spec.arch, pretrained=False)
+
+    def build_pretrained_model(self, profile: TaskProfile) -> nn.Module:
+        spec = self.spec(profile)
+        if spec.pretrained is None:
+            return super().build_pretrained_model(profile)
+        try:
+            return self._create(spec, spec.pretrained, pretrained=True)
+        except DecobenchError:
+            raise
+        except Exception as exc:   # a download or cache failure, reported in one line
+            raise pretrained_load_error(f"timm {spec.pretrained}", exc) from exc
+
+    def _create(self, spec: VitSpec, name: str, pretrained: bool) -> nn.Module:
+        """timm's ``name`` with one head output per class (a pretrained head of another
+        width is left out by timm and initialised from the RNG), no dropout, explicit
+        attention."""
+        model = timm.create_model(name, pretrained=pretrained,
                                   num_classes=self.num_classes or spec.default_classes,
                                   **spec.arch_kwargs, **NO_DROPOUT)
         for module in model.modules():
@@ -278,19 +328,3 @@ def write_image_folder(root: Path, images: Tensor, labels: Tensor, classes: Sequ
         folder = Path(root) / classes[label]
         folder.mkdir(parents=True, exist_ok=True)
         Image.fromarray(image.numpy()).convert("RGB").save(folder / f"{i:06d}.{ext}")
-
-
-def write_fashion_mnist_standin(fmnist_root: Path, out: Path, limit: int | None = None) -> Path:
-    """A STAND-IN ImageFolder tree for offline demonstrations of this task: the real
-    Fashion-MNIST images of ``fmnist_root`` (e.g. ../shared/data/fashion-mnist-mini) written
-    as PNGs, its train split to ``out/train`` and its test split to ``out/val``, one folder
-    per class (``0-t-shirt-top``, ``1-trouser``, ...). It is not ImageNet: accuracies on it
-    say nothing about ViT@ImageNet. ``limit`` keeps the first images of each split."""
-    from torchvision.datasets import FashionMNIST
-
-    for split, train in (("train", True), ("val", False)):
-        data = FashionMNIST(str(fmnist_root), train=train, download=False)
-        classes = [f"{i}-" + re.sub(r"[^a-z0-9]+", "-", c.lower()).strip("-")
-                   for i, c in enumerate(data.classes)]
-        write_image_folder(Path(out) / split, data.data[:limit], data.targets[:limit], classes)
-    return Path(out)

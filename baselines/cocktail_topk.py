@@ -1,0 +1,41 @@
+"""The DeCo paper's static strategy: "CocktailSGD" as the paper ran it (baselines.md
+"CocktailSGD"; the paper's appendix C.2).
+
+The appendix says "the compressor we use in all baselines is Top-k" and "CocktailSGD uses the
+fixed δ and τ ... chosen by DeCo-SGD". So the paper's CocktailSGD row is DD-EF-SGD
+(deco-sgd.md §2) with global Top-k and a static (δ, τ) equal to DeCo's FIRST plan:
+
+    p_t^i = e_t^i + g_t^i,   Δ_t^i = TopK_δ(p_t^i),   e_{t+1}^i = p_t^i − Δ_t^i,
+    u_t = (1/n) Σ_i Σ_{s : s + τ_s = t} Δ_s^i,   x_{t+1} = shared optimizer step on u_t,
+
+where iteration 0 is DeCo's probe (δ = ``initial_delta``, τ = 0), the first plan is made from
+its measurement exactly as DeCo-SGD makes it, and that plan is never changed
+(``PLAN_ONCE``). It is therefore DeCo-SGD without re-planning: the same messages, the same
+bits (W(δ) of deco-sgd.md §3), and the same first plan; it differs only once the network
+changes. The report's headline "speed-up over the static strategy" is measured against
+this method. CocktailSGD with its own compressor (random sample → Top-k → 4-bit
+quantisation, :mod:`baselines.cocktail`) is the original's method and stays its own row.
+"""
+
+from __future__ import annotations
+
+from benchmark.compressors import TopKCompressor
+from benchmark.methods.base import Method, MethodContext, MethodSpec
+from benchmark.methods.controllers import PLAN_ONCE, deco_controller
+from benchmark.methods.ddefsgd import DDEFSGD
+from benchmark.methods.options import PlannerOptions
+
+
+class CocktailTopKOptions(PlannerOptions):
+    """The DeCo planner's options, for the first plan (the only one this method makes)."""
+
+
+def build_cocktail_topk(context: MethodContext, options: CocktailTopKOptions) -> Method:
+    return DDEFSGD(context, TopKCompressor(), deco_controller(context, options,
+                                                              interval=PLAN_ONCE))
+
+
+COCKTAIL_TOPK_SPEC = MethodSpec(
+    "cocktail-sgd-topk", "the DeCo paper's static strategy ('CocktailSGD' as the paper ran "
+    "it): global Top-k DD-EF-SGD with (δ, τ) frozen at DeCo's first plan",
+    CocktailTopKOptions, build_cocktail_topk)

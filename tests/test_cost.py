@@ -1,0 +1,31 @@
+"""The GPU cost of a suite: an upper bound from documented per-iteration times
+(benchmark/cost.py), hand-checked."""
+
+import pytest
+
+from benchmark.config import RunConfig
+from benchmark.cost import STEP_TIMES, describe, run_cost, suite_cost
+
+
+def test_hand_checked_run_cost():
+    """GPT-2 paper profile, 4 workers, 1000 iterations, E = 100, E_F = 10, a target and one
+    milestone: 1000 · 4 · 0.079 = 316 s of steps; 10 + 2 · 10 · 2 = 50 evaluations of 0.6 s."""
+    config = RunConfig(task="gpt2-wikitext", method="d-sgd", trace="constant-1gbps-10ms",
+                       target=50.0, milestones=[80.0], fine_eval_every=10)
+    cost = run_cost(config, max_iters=1000, eval_every=100)
+    assert cost.evaluations == 50
+    assert cost.seconds == pytest.approx(316.0 + 50 * 0.6)
+
+
+def test_suite_cost_defaults_to_the_profiles_and_names_what_it_cannot_estimate():
+    configs = [RunConfig(task="vit-imagenet", method="d-sgd", trace="constant-1gbps-10ms",
+                         max_iters=100),
+               RunConfig(task="vit-imagenet", profile="cpu", method="d-sgd",
+                         trace="constant-1gbps-10ms")]
+    cost = suite_cost(configs)
+    # the paper profile's E = 1000 > 100 iterations: one evaluation
+    vit = STEP_TIMES[("vit-imagenet", "paper")]
+    assert cost.seconds == pytest.approx(100 * 4 * vit.step_s + 1 * vit.eval_s)
+    assert cost.missing == ["vit-imagenet/cpu"]
+    text = describe(cost)
+    assert "upper bound" in text and "1 of 2 runs" in text and "vit-imagenet/cpu" in text

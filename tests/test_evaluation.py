@@ -1,0 +1,130 @@
+"""When a run evaluates and how finely its time to target is bracketed (benchmark.evaluation),
+and that fine evaluation near the target changes nothing but the evaluations."""
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from benchmark.cli import main
+from benchmark.evaluation import (
+    EvaluationSchedule,
+    TargetBook,
+    milestone_records,
+    near_target,
+    target_met,
+)
+from benchmark.rundir import read_metrics, read_summary
+
+
+def test_target_and_margin_for_accuracy_and_perplexity():
+    assert target_met(0.75, 0.75, True) and not target_met(0.7499, 0.75, True)
+    assert target_met(400.0, 400.0, False) and not target_met(400.01, 400.0, False)
+    # 5% relative: accuracy >= 0.7125, perplexity <= 420
+    assert near_target(0.7125, 0.75, 0.05, True) and not near_target(0.712, 0.75, 0.05, True)
+    assert near_target(420.0, 400.0, 0.05, False) and not near_target(420.5, 400.0, 0.05, False)
+
+
+def test_hand_checked_book_and_schedule():
+    """E = 10, E_f = 2, margin 0.1, targets 0.5 (milestone) and 0.8 (stop)."""
+    book = TargetBook((0.8, 0.5), higher_is_better=True)
+    schedule = EvaluationSchedule(every=10, fine_every=2, margin=0.1)
+    assert book.unmet() == [0.5, 0.8]
+    assert [k for k in range(1, 11) if schedule.due(k, book)] == [10]
+    assert book.record(10, 0.40, 4.0) == []          # 0.40 < 0.45: not near 0.5
+    assert not schedule.fine(book)
+    assert book.record(20, 0.46, 8.0) == []          # near 0.5: fine from now on
+    assert schedule.fine(book) and schedule.due(22, book) and not schedule.due(23, book)
+    assert book.record(22, 0.44, 8.8) == []          # a dip keeps the best, 0.46: still fine
+    assert schedule.fine(book)
+    assert book.record(24, 0.51, 9.6) == [0.5]
+    hit = book.hits[0.5]
+    assert (hit.previous_iteration, hit.iteration, hit.resolution_iters) == (22, 24, 2)
+    assert hit.previous_time_s == 8.8 and abs(hit.resolution_s - 0.8) < 1e-12
+    assert not schedule.fine(book)                   # 0.51 < 0.72: not near 0.8
+    assert book.record(30, 0.95, 12.0) == [0.8]      # meets the stop target at a coarse eval
+    assert book.hits[0.8].resolution_s == 12.0 - 9.6
+    records = milestone_records(book, [0.5])
+    assert records == [{"target": 0.5, "reached": True, "time_to_target_s": 9.6,
+                        "iters_to_target": 24, "ttt_resolution_s": hit.resolution_s,
+                        "ttt_bracket_s": [8.8, 9.6], "ttt_resolution_iters": 2}]
+
+
+def test_perplexity_targets_nearest_first():
+    book = TargetBook((400.0, 600.0), higher_is_better=False)
+    assert book.unmet() == [600.0, 400.0]
+    assert book.record(5, 500.0, 1.0) == [600.0]
+    assert book.hits[600.0].previous_time_s == 0.0   # met at the first evaluation: from start
+    assert EvaluationSchedule(10, 1, 0.3).fine(book)  # 500 <= 400 · 1.3
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0, 1, allow_nan=False), min_size=1, max_size=60),
+       st.integers(2, 12), st.integers(1, 3), st.floats(0.3, 0.95))
+def test_fine_schedule_brackets_a_crossing_within_e_f(metrics, every, fine_every, target):
+    """Whatever the metric path, every evaluation of the coarse schedule is also made, and a
+    target met after fine mode began is bracketed within E_f iterations."""
+    schedule = EvaluationSchedule(every=every, fine_every=fine_every, margin=0.2)
+    book = TargetBook((target,), higher_is_better=True)
+    was_fine, evaluated, path = False, [], iter(metrics)
+    for k in range(1, 400):
+        if not schedule.due(k, book):
+            continue
+        evaluated.append(k)
+        was_fine = schedule.fine(book)
+        metric = next(path, None)
+        if metric is None:
+            break
+        if book.record(k, metric, float(k)) and was_fine:
+            assert book.hits[target].resolution_iters <= fine_every
+    coarse = [k for k in range(1, evaluated[-1] + 1) if k % every == 0]
+    assert set(coarse) <= set(evaluated)
+    for hit in book.hits.values():
+        assert 0 < hit.resolution_s and hit.previous_iteration < hit.iteration
+
+
+SMALL = ["run", "--task", "cnn-fmnist", "--workers", "2", "--batch-size", "16",
+         "--max-iters", "40", "--eval-every", "10", "--no-progress", "--no-wandb",
+         "--method", "d-sgd", "--trace", "constant-20mbps-100ms", "--no-stop-at-target"]
+
+
+def test_fine_evaluation_changes_only_the_evaluations(tmp_path, fmnist_root):
+    """Same seed with and without --fine-eval-every: identical training rows, the coarse
+    evaluations among the fine run's, and a time to target no later, bracketed finer."""
+    coarse, fine = tmp_path / "coarse", tmp_path / "fine"
+    common = [*SMALL, "--data-root", str(fmnist_root), "--target", "0.5"]
+    assert main([*common, "--out", str(coarse)]) == 0
+    assert main([*common, "--out", str(fine), "--fine-eval-every", "2",
+                 "--fine-eval-margin", "0.5", "--milestone", "0.3"]) == 0
+    rows_c, rows_f = read_metrics(coarse), read_metrics(fine)
+    strip = ("wall_time_s", "metric", "metric_name", "metric_time_s", "target_reached",
+             "targets_met")
+    assert ([{k: v for k, v in r.items() if k not in strip} for r in rows_c]
+            == [{k: v for k, v in r.items() if k not in strip} for r in rows_f])
+    evals_c = {r["iteration"]: r["metric"] for r in rows_c if "metric" in r}
+    evals_f = {r["iteration"]: r["metric"] for r in rows_f if "metric" in r}
+    assert evals_c.items() <= evals_f.items() and len(evals_f) > len(evals_c)
+    sc, sf = read_summary(coarse), read_summary(fine)
+    assert sc["reached"] and sf["reached"]
+    assert sf["time_to_target_s"] <= sc["time_to_target_s"]
+    assert sf["ttt_resolution_s"] <= sc["ttt_resolution_s"]
+    assert sf["ttt_resolution_iters"] <= 10 and sc["ttt_resolution_iters"] <= 10
+    bracket = sf["ttt_bracket_s"]
+    assert bracket[1] == sf["time_to_target_s"] and bracket[0] < bracket[1]
+    assert [m["target"] for m in sf["milestones"]] == [0.3] and sc["milestones"] == []
+    assert sf["fine_eval_every"] == 2 and sc["fine_eval_every"] is None
+    json.dumps(sf)
+
+
+def test_fine_eval_every_must_be_finer_than_eval_every(tmp_path, fmnist_root, capsys):
+    code = main([*SMALL, "--data-root", str(fmnist_root), "--out", str(tmp_path / "x"),
+                 "--fine-eval-every", "10"])
+    assert code == 2
+    assert "--fine-eval-every 10 must be smaller than --eval-every (10)" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_milestone_outside_the_metric_range_is_refused(tmp_path, fmnist_root, capsys):
+    code = main([*SMALL, "--data-root", str(fmnist_root), "--out", str(tmp_path / "x"),
+                 "--milestone", "1.5"])
+    assert code == 2 and "1.5" in capsys.readouterr().err
