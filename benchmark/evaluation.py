@@ -12,6 +12,9 @@ module keeps that bracket and makes it narrow where it matters:
   recorded but do not stop the run) are tracked by one :class:`TargetBook`; each hit keeps
   the bracket (previous evaluation, hit], whose width is the *resolution* of that time to
   target, reported beside it.
+- **Refine pass.** When a target is met at an evaluation whose bracket is still wider than
+  ``E_f`` (the metric jumped over the fine window between two evaluations), the simulated
+  backend replays the run with fine windows over those brackets (:func:`refine_windows`).
 
 Pure bookkeeping: no I/O, no torch; both backends use it.
 """
@@ -97,6 +100,13 @@ class EvaluationSchedule:
     every: int
     fine_every: int | None = None
     margin: float = 0.05
+    windows: tuple[tuple[int, int], ...] = ()
+    """Iteration brackets ``(lo, hi]`` evaluated every ``E_f`` iterations whatever the metric
+    (a refine pass, :func:`refine_windows`)."""
+
+    def with_windows(self, windows: Iterable[tuple[int, int]]) -> EvaluationSchedule:
+        """This schedule plus fixed fine windows."""
+        return EvaluationSchedule(self.every, self.fine_every, self.margin, tuple(windows))
 
     def fine(self, book: TargetBook) -> bool:
         """True while the best metric so far is near the nearest unmet target."""
@@ -110,8 +120,23 @@ class EvaluationSchedule:
         """Whether to evaluate the model after ``iterations_done`` iterations."""
         if iterations_done % self.every == 0:
             return True
-        return (self.fine(book) and self.fine_every is not None
-                and iterations_done % self.fine_every == 0)
+        if self.fine_every is None:
+            return False
+        if any(lo < iterations_done <= hi and (iterations_done - lo) % self.fine_every == 0
+               for lo, hi in self.windows):
+            return True
+        return self.fine(book) and iterations_done % self.fine_every == 0
+
+
+def refine_windows(book: TargetBook, fine_every: int | None) -> list[tuple[int, int]]:
+    """Brackets ``(previous evaluation, hit]`` of the targets met with a bracket wider than
+    ``E_f`` iterations (the metric jumped past the fine window): a replay evaluating every
+    ``E_f`` iterations inside them resolves those times to target to ``E_f`` iterations.
+    Empty without a fine cadence."""
+    if fine_every is None:
+        return []
+    return sorted({(h.previous_iteration, h.iteration) for h in book.hits.values()
+                   if h.resolution_iters > fine_every})
 
 
 def hit_fields(hit: Hit | None) -> dict[str, Any]:

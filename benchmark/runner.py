@@ -32,7 +32,13 @@ from pydantic import ValidationError
 from benchmark import __version__
 from benchmark.config import RunConfig, format_validation_error
 from benchmark.errors import DecobenchError
-from benchmark.evaluation import EvaluationSchedule, TargetBook, hit_fields, milestone_records
+from benchmark.evaluation import (
+    EvaluationSchedule,
+    TargetBook,
+    hit_fields,
+    milestone_records,
+    refine_windows,
+)
 from benchmark.flat import FlatLayout
 from benchmark.gradients import WorkerGradients
 from benchmark.methods import MethodContext, MethodOptions, MethodSpec, Observation, get_method_spec
@@ -44,7 +50,7 @@ from benchmark.sharding import ShardedBatches
 from benchmark.tasks import Task, TaskData, TaskProfile, get_task
 from benchmark.tasks.base import build_seeded_model, parameter_count
 from benchmark.timemodel import EventClock, IterationTiming
-from benchmark.tracking import NullTracker, TrackerFactory
+from benchmark.tracking import NullTracker, RunTracker, TrackerFactory
 from netem.trace import Trace, load_trace, resolve_trace_path, write_trace
 
 
@@ -255,13 +261,102 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
 
     ``tracker_factory(resolved_config, run_dir)`` opens a :class:`RunTracker` (e.g. W&B)
     that receives every metrics row and the summary; default: no tracking.
+
+    **Refine pass.** A target first met at an evaluation whose bracket is wider than the fine
+    cadence ``E_f`` (the metric jumped past the fine window between two evaluations) is
+    bracketed again by replaying the run from the start, evaluating every ``E_f`` iterations
+    inside that bracket (:func:`benchmark.evaluation.refine_windows`). The simulated run is
+    deterministic and evaluations do not touch its trajectory, so the replay trains the same
+    model; the replay's metric at the first pass's hit must equal the first pass's, or the run
+    fails. ``metrics.jsonl`` then holds the replay, ``wall_time_s`` both passes, and
+    ``refined_targets`` the targets bracketed again. The tracker sees the first pass's rows.
     """
-    config, task = run.config, run.task
+    config = run.config
     if config.backend != "simulated":
         raise DecobenchError(f"execute() runs the simulated backend; backend {config.backend} "
                              "runs through benchmark.emulated.launcher.launch")
     rundir = RunDirectory(run.out, overwrite=overwrite)
     data = load_task_data(run)
+    tracker: RunTracker = NullTracker()
+    wall_start = time.perf_counter()
+    first_pass: list[_Pass] = []
+
+    def begin(d: int, trace: Trace) -> None:
+        nonlocal tracker
+        resolved = resolved_config(run, d, data.source, trace)
+        rundir.write_config(resolved)
+        if run.condition.kind != "trace":
+            write_trace(trace, rundir.path / "trace.csv", comment=f"network of this run: "
+                        f"{run.condition.label}")
+        if tracker_factory:
+            tracker = tracker_factory(resolved, rundir.path)
+
+    def log(row: dict[str, Any]) -> None:
+        rundir.log(row)
+        tracker.log(row)
+
+    evaluations, _ = evaluation_plan(run)
+    try:
+        rundir.open_metrics()
+        first = _train_pass(run, data, evaluations, log, wall_start, show_progress, begin)
+        first_pass.append(first)
+        result, refined = first, []
+        windows = refine_windows(first.book, config.fine_eval_every)
+        if windows and first.outcome.status != "diverged":
+            rundir.abandon_metrics()
+            rundir.open_metrics()
+            result = _train_pass(run, data, evaluations.with_windows(windows), rundir.log,
+                                 wall_start, show_progress, None)
+            _check_replay(first, result)
+            refined = sorted(first.book.hits[t].target for t in first.book.hits
+                             if first.book.hits[t].resolution_iters > config.fine_eval_every)
+    except BaseException as exc:
+        rundir.abandon_metrics()
+        tracker.fail(exc)
+        raise
+    rundir.close_metrics()
+    clock = result.clock
+    summary = summary_fields(run, result.outcome, result.d, time.perf_counter() - wall_start,
+                             result.trace, sim_time_s=clock.now_s, bubble_s=clock.total_bubble_s,
+                             bubble_fraction=clock.bubble_fraction(), time_basis="simulated",
+                             book=result.book)
+    summary["refined_targets"] = refined
+    tracker.finish(summary)
+    rundir.write_summary(summary)
+    return summary
+
+
+@dataclass
+class _Pass:
+    """One training pass of a simulated run."""
+
+    outcome: Outcome
+    book: TargetBook
+    clock: EventClock
+    trace: Trace
+    d: int
+    metrics_at: dict[int, float]
+
+
+def _check_replay(first: _Pass, replay: _Pass) -> None:
+    """The refine pass must train the same model: same metric at the first pass's
+    evaluations that the replay also made, and the same targets met."""
+    common = sorted(set(first.metrics_at) & set(replay.metrics_at))
+    for it in common:
+        if first.metrics_at[it] != replay.metrics_at[it]:
+            raise DecobenchError(
+                f"refine pass diverged from the first pass at iteration {it}: metric "
+                f"{first.metrics_at[it]!r} then {replay.metrics_at[it]!r} (the run is not "
+                "deterministic; report this as a bug)")
+    if set(first.book.hits) != set(replay.book.hits):
+        raise DecobenchError("refine pass met different targets than the first pass "
+                             "(the run is not deterministic; report this as a bug)")
+
+
+def _train_pass(run: PreparedRun, data: TaskData, evaluations: EvaluationSchedule,
+                log: Any, wall_start: float, show_progress: bool, begin: Any) -> _Pass:
+    """Build the model, method and clock from the seed and train once (one pass)."""
+    config, task = run.config, run.task
     model = build_seeded_model(task, run.profile, config.seed)
     layout = FlatLayout.of(model)
     params = layout.flatten(model)
@@ -276,22 +371,13 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
         run.options)
     trace = run.condition.trace_for(layout.d, run.compute_time_s)
     clock = EventClock(trace, topology=config.topology, workers=config.workers)
-    resolved = resolved_config(run, layout.d, data.source, trace)
-    rundir.write_config(resolved)
-    if run.condition.kind != "trace":
-        write_trace(trace, rundir.path / "trace.csv", comment=f"network of this run: "
-                    f"{run.condition.label}")
-    tracker = tracker_factory(resolved, rundir.path) if tracker_factory else NullTracker()
-    rundir.open_metrics()
-
-    def log(row: dict[str, Any]) -> None:
-        rundir.log(row)
-        tracker.log(row)
+    if begin is not None:
+        begin(layout.d, trace)
 
     outcome = Outcome()
-    evaluations, book = evaluation_plan(run)
+    _, book = evaluation_plan(run)
+    metrics_at: dict[int, float] = {}
     in_flight: list[tuple[float, int, Observation]] = []  # (arrive_s, iteration, observation)
-    wall_start = time.perf_counter()
     progress = RunProgress(total=run.max_iters, metric_name=task.metric_name,
                            enabled=show_progress)
 
@@ -299,61 +385,48 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
         eval_params = method.evaluation_params(params)
         return task.evaluate(lambda inputs: gradients.forward(eval_params, inputs), data)
 
-    try:
-        with progress:
-            for k in range(run.max_iters):
-                start_s = clock.next_start()
-                while in_flight and in_flight[0][0] <= start_s:
-                    method.observe(heapq.heappop(in_flight)[2])
-                batch = batches.next()
-                t0 = time.perf_counter()
-                inputs, targets = data.train_batch(batch)
-                grads, losses = gradients(method.worker_params(params), inputs, targets)
-                loss = float(losses.mean())
-                if not math.isfinite(loss):
-                    outcome.status, outcome.diverged_at_iteration = "diverged", k + 1
-                    log({"iteration": k + 1, "loss": loss, "diverged": True,
-                                "sim_time_s": clock.now_s,
-                                "wall_time_s": time.perf_counter() - wall_start})
-                    break
-                step = method.step(k, params, grads)
-                compute_s = (run.compute_time_s if run.compute_time_s is not None
-                             else (time.perf_counter() - t0) / config.workers)
-                timing = clock.step(compute_s, step.bits_per_worker, step.staleness, step.dense)
-                heapq.heappush(in_flight, (timing.arrive_s, k, _observation(timing)))
-                outcome.bits_sent += step.bits_per_worker
-                outcome.iterations = k + 1
-                row = _iteration_row(k, timing, step, loss, outcome.bits_sent, clock, trace)
-                last = k + 1 == run.max_iters or (
-                    config.max_sim_time is not None and clock.now_s >= config.max_sim_time)
-                if evaluations.due(k + 1, book) or last:
-                    metric = evaluate()
-                    record_evaluation(run, outcome, book, row, k + 1, metric,
-                                      clock.model_ready_s())
-                if (k + 1) % config.log_every == 0 or "metric" in row or last:
-                    row["wall_time_s"] = time.perf_counter() - wall_start
-                    log(row)
-                progress.update(k + 1, clock.now_s, outcome.final_metric, step.delta,
-                                step.staleness)
-                if outcome.reached and config.stop_at_target:
-                    outcome.status = "finished"
-                    break
-                if last:
-                    outcome.status = ("finished" if config.target is None or outcome.reached
-                                      else "budget_exhausted")
-                    break
-    except BaseException as exc:
-        rundir.abandon_metrics()
-        tracker.fail(exc)
-        raise
-    rundir.close_metrics()
-    summary = summary_fields(run, outcome, layout.d, time.perf_counter() - wall_start, trace,
-                             sim_time_s=clock.now_s, bubble_s=clock.total_bubble_s,
-                             bubble_fraction=clock.bubble_fraction(), time_basis="simulated",
-                             book=book)
-    tracker.finish(summary)
-    rundir.write_summary(summary)
-    return summary
+    with progress:
+        for k in range(run.max_iters):
+            start_s = clock.next_start()
+            while in_flight and in_flight[0][0] <= start_s:
+                method.observe(heapq.heappop(in_flight)[2])
+            batch = batches.next()
+            t0 = time.perf_counter()
+            inputs, targets = data.train_batch(batch)
+            grads, losses = gradients(method.worker_params(params), inputs, targets)
+            loss = float(losses.mean())
+            if not math.isfinite(loss):
+                outcome.status, outcome.diverged_at_iteration = "diverged", k + 1
+                log({"iteration": k + 1, "loss": loss, "diverged": True,
+                     "sim_time_s": clock.now_s, "wall_time_s": time.perf_counter() - wall_start})
+                break
+            step = method.step(k, params, grads)
+            compute_s = (run.compute_time_s if run.compute_time_s is not None
+                         else (time.perf_counter() - t0) / config.workers)
+            timing = clock.step(compute_s, step.bits_per_worker, step.staleness, step.dense)
+            heapq.heappush(in_flight, (timing.arrive_s, k, _observation(timing)))
+            outcome.bits_sent += step.bits_per_worker
+            outcome.iterations = k + 1
+            row = _iteration_row(k, timing, step, loss, outcome.bits_sent, clock, trace)
+            last = k + 1 == run.max_iters or (
+                config.max_sim_time is not None and clock.now_s >= config.max_sim_time)
+            if evaluations.due(k + 1, book) or last:
+                metric = evaluate()
+                metrics_at[k + 1] = metric
+                record_evaluation(run, outcome, book, row, k + 1, metric, clock.model_ready_s())
+            if (k + 1) % config.log_every == 0 or "metric" in row or last:
+                row["wall_time_s"] = time.perf_counter() - wall_start
+                log(row)
+            progress.update(k + 1, clock.now_s, outcome.final_metric, step.delta,
+                            step.staleness)
+            if outcome.reached and config.stop_at_target:
+                outcome.status = "finished"
+                break
+            if last:
+                outcome.status = ("finished" if config.target is None or outcome.reached
+                                  else "budget_exhausted")
+                break
+    return _Pass(outcome, book, clock, trace, layout.d, metrics_at)
 
 
 def evaluation_plan(run: PreparedRun) -> tuple[EvaluationSchedule, TargetBook]:

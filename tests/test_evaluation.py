@@ -12,6 +12,7 @@ from benchmark.evaluation import (
     TargetBook,
     milestone_records,
     near_target,
+    refine_windows,
     target_met,
 )
 from benchmark.rundir import read_metrics, read_summary
@@ -83,6 +84,24 @@ def test_fine_schedule_brackets_a_crossing_within_e_f(metrics, every, fine_every
         assert 0 < hit.resolution_s and hit.previous_iteration < hit.iteration
 
 
+def test_refine_windows_hand_checked():
+    """A target met at a coarse evaluation (bracket 20 > E_f = 2) gets a window; one met
+    inside the fine window (bracket 2) does not; a schedule with the window evaluates every
+    E_f inside it, counted from its start, and still every E."""
+    book = TargetBook((0.8, 0.5), higher_is_better=True)
+    book.record(20, 0.2, 4.0)
+    book.record(40, 0.6, 8.0)                        # 0.5 met at a coarse evaluation
+    book.record(42, 0.79, 8.4)
+    book.record(44, 0.81, 8.8)                       # 0.8 met inside the fine window
+    assert refine_windows(book, 2) == [(20, 40)]
+    assert refine_windows(book, None) == []
+    assert refine_windows(book, 20) == []
+    schedule = EvaluationSchedule(every=20, fine_every=3, margin=0.0).with_windows([(20, 40)])
+    fresh = TargetBook((0.8,), higher_is_better=True)
+    assert [k for k in range(1, 61) if schedule.due(k, fresh)] == [
+        20, 23, 26, 29, 32, 35, 38, 40, 60]
+
+
 SMALL = ["run", "--task", "cnn-fmnist", "--workers", "2", "--batch-size", "16",
          "--max-iters", "40", "--eval-every", "10", "--no-progress", "--no-wandb",
          "--method", "d-sgd", "--trace", "constant-20mbps-100ms", "--no-stop-at-target"]
@@ -128,3 +147,26 @@ def test_a_milestone_outside_the_metric_range_is_refused(tmp_path, fmnist_root, 
     code = main([*SMALL, "--data-root", str(fmnist_root), "--out", str(tmp_path / "x"),
                  "--milestone", "1.5"])
     assert code == 2 and "1.5" in capsys.readouterr().err
+
+
+def test_refine_pass_brackets_a_jump_within_e_f(tmp_path, fmnist_root):
+    """With a margin of 0.001 the fine window never opens before the target is met, so the
+    crossing is bracketed by a coarse evaluation; the refine pass replays the run with a fine
+    window there: the same training rows and metrics at the coarse evaluations, the target
+    bracketed within E_f iterations, no later than the first pass's time to target."""
+    coarse, refined = tmp_path / "coarse", tmp_path / "refined"
+    common = [*SMALL, "--data-root", str(fmnist_root), "--target", "0.5"]
+    assert main([*common, "--out", str(coarse)]) == 0
+    assert main([*common, "--out", str(refined), "--fine-eval-every", "2",
+                 "--fine-eval-margin", "0.001"]) == 0
+    sc, sr = read_summary(coarse), read_summary(refined)
+    assert sc["reached"] and sr["reached"] and sc["ttt_resolution_iters"] == 10
+    assert sr["refined_targets"] == [0.5] and sc["refined_targets"] == []
+    assert sr["ttt_resolution_iters"] <= 2
+    assert sr["time_to_target_s"] <= sc["time_to_target_s"]
+    assert sc["iters_to_target"] - 10 < sr["iters_to_target"] <= sc["iters_to_target"]
+    rows_c, rows_r = read_metrics(coarse), read_metrics(refined)
+    evals_c = {r["iteration"]: r["metric"] for r in rows_c if "metric" in r}
+    evals_r = {r["iteration"]: r["metric"] for r in rows_r if "metric" in r}
+    assert evals_c.items() <= evals_r.items()
+    assert [r["loss"] for r in rows_c] == [r["loss"] for r in rows_r]
