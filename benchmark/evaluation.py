@@ -45,7 +45,9 @@ class Hit:
 
     The true crossing lies in ``(previous_time_s, time_s]``; ``resolution_s`` is that width
     (the previous evaluation is the start of training, time 0 at iteration 0, for a target met
-    at the first evaluation).
+    at the first evaluation). The model changes only at iterations, so when the two
+    evaluations are of consecutive models (a one-iteration bracket) the first model meeting
+    the target is known exactly and ``resolution_s`` is 0.
     """
 
     target: float
@@ -56,6 +58,8 @@ class Hit:
 
     @property
     def resolution_s(self) -> float:
+        if self.resolution_iters <= 1:
+            return 0.0
         return self.time_s - self.previous_time_s
 
     @property

@@ -117,9 +117,12 @@ class Run:
     def ttt_resolution_s(self) -> float | None:
         """Width of the bracket (previous evaluation, first evaluation meeting the target]
         that holds the true crossing: ``summary.json``'s ``ttt_resolution_s``, or, for runs
-        written before it existed, from the evaluation rows. ``None`` when not reached."""
+        written before it existed, from the evaluation rows; 0 when the bracket is one
+        iteration (the model changes only at iterations). ``None`` when not reached."""
         if not self.reached:
             return None
+        if self.summary.get("ttt_resolution_iters") == 1:
+            return 0.0  # consecutive models evaluated: the first one meeting it is exact
         given = as_float(self.summary.get("ttt_resolution_s"))
         if given is not None:
             return given

@@ -81,7 +81,10 @@ def test_fine_schedule_brackets_a_crossing_within_e_f(metrics, every, fine_every
     coarse = [k for k in range(1, evaluated[-1] + 1) if k % every == 0]
     assert set(coarse) <= set(evaluated)
     for hit in book.hits.values():
-        assert 0 < hit.resolution_s and hit.previous_iteration < hit.iteration
+        assert hit.previous_iteration < hit.iteration
+        # consecutive models evaluated: exact (resolution 0); otherwise the bracket's width
+        assert (hit.resolution_s == 0.0 if hit.resolution_iters == 1
+                else hit.resolution_s == hit.time_s - hit.previous_time_s > 0)
 
 
 def test_refine_windows_hand_checked():
@@ -94,6 +97,10 @@ def test_refine_windows_hand_checked():
     book.record(42, 0.79, 8.4)
     book.record(44, 0.81, 8.8)                       # 0.8 met inside the fine window
     assert refine_windows(book, 2) == [(20, 40)]
+    one = TargetBook((0.5,), higher_is_better=True)
+    one.record(7, 0.4, 3.0)
+    one.record(8, 0.6, 9.5)                          # consecutive models: exact, not 6.5 s
+    assert one.hits[0.5].resolution_iters == 1 and one.hits[0.5].resolution_s == 0.0
     assert refine_windows(book, None) == []
     assert refine_windows(book, 20) == []
     schedule = EvaluationSchedule(every=20, fine_every=3, margin=0.0).with_windows([(20, 40)])
