@@ -19,15 +19,10 @@ PhiModel = Callable[[float, int], float]
 """``phi(delta, tau) -> float``: larger means more iterations to reach a target."""
 
 
-def phi_paper(delta: float, tau: int) -> float:
-    """``Φ_paper(δ, τ) = τ + (1 - δ) / (δ (1 - δ)^τ)`` for ``δ < 1``; ``Φ_paper(1, τ) = τ``.
 
-    THIS PROJECT'S FILL-IN of a gap in the paper's text (deco-sgd.md §5): the noise term
-    ``(1 - δ)/(δ (1 - δ)^τ)`` is the form reported for staleness amplifying compression, and
-    the ``τ`` term makes ``δ = 1`` give DD-SGD's ``τ`` and ``τ = 0`` give D-EF-SGD's
-    ``(1 - δ)/δ``. Swappable by name through :data:`PHI_MODELS`. Returns ``math.inf`` where
-    the value overflows a float.
-    """
+def _staleness_compression_form(delta: float, tau: int, scale: float) -> float:
+    """``τ + scale·(1 - δ)/(δ (1 - δ)^τ)`` for ``δ`` in (0, 1] and integer ``τ >= 0``, ``τ`` at
+    ``δ = 1``, ``math.inf`` where it overflows; the shared form of the Φ models below."""
     if not (isinstance(delta, (int, float)) and math.isfinite(delta)) or not 0 < delta <= 1:
         raise DecobenchError(f"delta must be in (0, 1], got {delta!r}")
     if isinstance(tau, bool) or not isinstance(tau, int) or tau < 0:
@@ -38,8 +33,19 @@ def phi_paper(delta: float, tau: int) -> float:
     denominator = delta * keep**tau
     if denominator == 0.0:
         return math.inf
-    value = tau + keep / denominator
+    value = tau + scale * keep / denominator
     return value if math.isfinite(value) else math.inf
+
+def phi_paper(delta: float, tau: int) -> float:
+    """``Φ_paper(δ, τ) = τ + (1 - δ) / (δ (1 - δ)^τ)`` for ``δ < 1``; ``Φ_paper(1, τ) = τ``.
+
+    THIS PROJECT'S FILL-IN of a gap in the paper's text (deco-sgd.md §5): the noise term
+    ``(1 - δ)/(δ (1 - δ)^τ)`` is the form reported for staleness amplifying compression, and
+    the ``τ`` term makes ``δ = 1`` give DD-SGD's ``τ`` and ``τ = 0`` give D-EF-SGD's
+    ``(1 - δ)/δ``. Swappable by name through :data:`PHI_MODELS`. Returns ``math.inf`` where
+    the value overflows a float.
+    """
+    return _staleness_compression_form(delta, tau, 1.0)
 
 
 EF_DELTA0 = 0.003
@@ -58,18 +64,7 @@ def phi_ef(delta: float, tau: int) -> float:
     iteration of staleness and a smaller δ is priced rather than extrapolated as free. Returns
     ``math.inf`` where the value overflows a float.
     """
-    if not (isinstance(delta, (int, float)) and math.isfinite(delta)) or not 0 < delta <= 1:
-        raise DecobenchError(f"delta must be in (0, 1], got {delta!r}")
-    if isinstance(tau, bool) or not isinstance(tau, int) or tau < 0:
-        raise DecobenchError(f"tau must be an integer >= 0, got {tau!r}")
-    if delta >= 1:
-        return float(tau)
-    keep = 1.0 - delta
-    denominator = delta * keep**tau
-    if denominator == 0.0:
-        return math.inf
-    value = tau + EF_DELTA0 * keep / denominator
-    return value if math.isfinite(value) else math.inf
+    return _staleness_compression_form(delta, tau, EF_DELTA0)
 
 
 PHI_MODELS: Mapping[str, PhiModel] = MappingProxyType({"paper": phi_paper, "ef": phi_ef})

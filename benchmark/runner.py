@@ -308,8 +308,8 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
             result = _train_pass(run, data, evaluations.with_windows(windows), rundir.log,
                                  wall_start, show_progress, None)
             _check_replay(first, result)
-            refined = sorted(first.book.hits[t].target for t in first.book.hits
-                             if first.book.hits[t].resolution_iters > config.fine_eval_every)
+            refined = sorted(t for t, hit in first.book.hits.items()
+                             if (hit.previous_iteration, hit.iteration) in windows)
     except BaseException as exc:
         rundir.abandon_metrics()
         tracker.fail(exc)
