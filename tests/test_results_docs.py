@@ -1,0 +1,60 @@
+"""The committed copy of the CPU paper tier's claims table (docs/results/cpu-paper.md).
+
+It is copied from a real ``make reproduce SUITE=cpu-paper`` report, so these tests check
+that it still belongs to the shipped suite and to the report code: every claim the report
+makes, in its order, each with a verdict the report can give, the run count of the suite as
+it is now, and a README that links it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from benchmark.suite import expand_cells, load_suite, write_constant_traces
+from reports.claims import VERDICTS, claim_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "results" / "cpu-paper.md"
+
+
+def _claims_rows(text: str) -> list[list[str]]:
+    """The rows of the first Markdown table whose header starts with 'claim'."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines)
+                 if re.match(r"^\|?\s*claim\s*\|", line))
+    rows = []
+    for line in lines[start + 2:]:
+        if "|" not in line:
+            break
+        rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return rows
+
+
+def test_claims_table_lists_every_claim_with_a_verdict():
+    header = [c.strip() for c in next(line for line in DOC.read_text().splitlines()
+                                      if re.match(r"^\|?\s*claim\s*\|", line))
+              .strip().strip("|").split("|")]
+    verdict_col = header.index("verdict")
+    rows = _claims_rows(DOC.read_text())
+    expected = [row.claim for row in claim_rows([], [])]
+    assert [r[0] for r in rows] == expected
+    assert all(r[verdict_col] in VERDICTS for r in rows)
+
+
+def test_doc_matches_the_shipped_suite(tmp_path):
+    suite, _ = load_suite("cpu-paper")
+    write_constant_traces(suite, tmp_path)
+    runs = len(expand_cells(suite, tmp_path))
+    match = re.search(r"(\d+) runs", DOC.read_text())
+    assert match, "the doc states how many runs the tier has"
+    assert int(match.group(1)) == runs, (
+        "benchmark/suites/cpu-paper.yaml changed: run `make reproduce SUITE=cpu-paper` and "
+        "copy its claims table again")
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/suites.md"])
+def test_linked(page):
+    assert "results/cpu-paper.md" in (ROOT / page).read_text()
