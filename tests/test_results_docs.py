@@ -20,25 +20,22 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "results" / "cpu-paper.md"
 
 
-def _claims_rows(text: str) -> list[list[str]]:
-    """The rows of the first Markdown table whose header starts with 'claim'."""
+def _claims_table(text: str) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the first Markdown table whose header starts with 'claim'."""
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines)
                  if re.match(r"^\|?\s*claim\s*\|", line))
-    rows = []
-    for line in lines[start + 2:]:
+    table = []
+    for line in [lines[start]] + lines[start + 2:]:
         if "|" not in line:
             break
-        rows.append([c.strip() for c in line.strip().strip("|").split("|")])
-    return rows
+        table.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return table[0], table[1:]
 
 
 def test_claims_table_lists_every_claim_with_a_verdict():
-    header = [c.strip() for c in next(line for line in DOC.read_text().splitlines()
-                                      if re.match(r"^\|?\s*claim\s*\|", line))
-              .strip().strip("|").split("|")]
+    header, rows = _claims_table(DOC.read_text())
     verdict_col = header.index("verdict")
-    rows = _claims_rows(DOC.read_text())
     expected = [row.claim for row in claim_rows([], [])]
     assert [r[0] for r in rows] == expected
     assert all(r[verdict_col] in VERDICTS for r in rows)
