@@ -5,10 +5,10 @@ feedback, delay queue, shared optimizer); see ``../shared/spec/baselines.md`` an
 method cards in ``docs/methods/``.
 """
 
-from baselines.accordion import ACCORDION_SPEC
-from baselines.cocktail import COCKTAIL_SGD_SPEC
-from baselines.cocktail_topk import COCKTAIL_TOPK_SPEC
-from baselines.dga import DGA_SPEC
-from baselines.dsgd import DSGD_SPEC
+from decobench.baselines.accordion import ACCORDION_SPEC
+from decobench.baselines.cocktail import COCKTAIL_SGD_SPEC
+from decobench.baselines.cocktail_topk import COCKTAIL_TOPK_SPEC
+from decobench.baselines.dga import DGA_SPEC
+from decobench.baselines.dsgd import DSGD_SPEC
 
 BASELINE_SPECS = (DSGD_SPEC, ACCORDION_SPEC, DGA_SPEC, COCKTAIL_SGD_SPEC, COCKTAIL_TOPK_SPEC)

@@ -54,11 +54,11 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from benchmark.compressors import Compressed, DenseCompressor, TopKCompressor
-from benchmark.error_feedback import ErrorFeedback
-from benchmark.methods.base import Method, MethodContext, MethodOptions, MethodSpec, StepResult
-from benchmark.optimizer import OptimizerConfig, SharedOptimizer, learning_rate
-from benchmark.wire import topk_count
+from decobench.compressors import Compressed, DenseCompressor, TopKCompressor
+from decobench.error_feedback import ErrorFeedback
+from decobench.methods.base import Method, MethodContext, MethodOptions, MethodSpec, StepResult
+from decobench.optimizer import OptimizerConfig, SharedOptimizer, learning_rate
+from decobench.wire import topk_count
 
 MIN_CHECKS = 10
 """The interval I is shrunk so that a run's budget holds at least this many checks."""

@@ -1,11 +1,11 @@
 """CocktailSGD (Wang et al., ICML 2023) with its own compressor (baselines.md "CocktailSGD").
 
 Not the DeCo paper's "CocktailSGD" row: the paper ran all baselines with Top-k (appendix
-C.2), i.e. :mod:`baselines.cocktail_topk`. This is the original's compressor at the same
+C.2), i.e. :mod:`decobench.baselines.cocktail_topk`. This is the original's compressor at the same
 frozen (δ, τ):
 
 DD-EF-SGD (deco-sgd.md §2) with the compressor C = Quant_b ∘ TopK_r ∘ RandSample_p of
-:mod:`baselines.cocktail_compressor` in place of global Top-k:
+:mod:`decobench.baselines.cocktail_compressor` in place of global Top-k:
     p_t^i = e_t^i + g_t^i,   Δ_t^i = C_δ(p_t^i) (dequantised),   e_{t+1}^i = p_t^i − Δ_t^i,
     u_t = (1/n) Σ_i Σ_{s : s + τ = t} Δ_s^i,   x_{t+1} = shared optimizer step on u_t,
 with a static (δ, τ) equal to DeCo's FIRST plan: iteration 0 is the probe (δ =
@@ -34,16 +34,16 @@ import dataclasses
 from pydantic import Field, model_validator
 from torch import Tensor
 
-from baselines.cocktail_compressor import CocktailCompressor
-from benchmark.methods.base import Method, MethodContext, MethodSpec, StepResult
-from benchmark.methods.controllers import (
+from decobench.baselines.cocktail_compressor import CocktailCompressor
+from decobench.methods.base import Method, MethodContext, MethodSpec, StepResult
+from decobench.methods.controllers import (
     PLAN_ONCE,
     Controller,
     StaticController,
     deco_controller,
 )
-from benchmark.methods.ddefsgd import DDEFSGD
-from benchmark.methods.options import PlannerOptions
+from decobench.methods.ddefsgd import DDEFSGD
+from decobench.methods.options import PlannerOptions
 
 REFERENCE_DELTA = 0.02
 """The reference's p·r = 0.1 · 0.2."""

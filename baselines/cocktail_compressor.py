@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from benchmark.compressors import Compressed
-from benchmark.wire import topk_count
+from decobench.compressors import Compressed
+from decobench.wire import topk_count
 
 SCALE_BITS = 16
 """Bits of one bucket scale (fp16)."""

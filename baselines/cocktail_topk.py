@@ -14,16 +14,16 @@ its measurement exactly as DeCo-SGD makes it, and that plan is never changed
 bits (W(δ) of deco-sgd.md §3), and the same first plan; it differs only once the network
 changes. The report's headline "speed-up over the static strategy" is measured against
 this method. CocktailSGD with its own compressor (random sample → Top-k → 4-bit
-quantisation, :mod:`baselines.cocktail`) is the original's method and stays its own row.
+quantisation, :mod:`decobench.baselines.cocktail`) is the original's method and stays its own row.
 """
 
 from __future__ import annotations
 
-from benchmark.compressors import TopKCompressor
-from benchmark.methods.base import Method, MethodContext, MethodSpec
-from benchmark.methods.controllers import PLAN_ONCE, deco_controller
-from benchmark.methods.ddefsgd import DDEFSGD
-from benchmark.methods.options import PlannerOptions
+from decobench.compressors import TopKCompressor
+from decobench.methods.base import Method, MethodContext, MethodSpec
+from decobench.methods.controllers import PLAN_ONCE, deco_controller
+from decobench.methods.ddefsgd import DDEFSGD
+from decobench.methods.options import PlannerOptions
 
 
 class CocktailTopKOptions(PlannerOptions):

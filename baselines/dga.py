@@ -58,8 +58,8 @@ from typing import Any
 from pydantic import Field
 from torch import Tensor
 
-from benchmark.message_queue import DelayQueue
-from benchmark.methods.base import (
+from decobench.message_queue import DelayQueue
+from decobench.methods.base import (
     Method,
     MethodContext,
     MethodOptions,
@@ -67,8 +67,8 @@ from benchmark.methods.base import (
     Observation,
     StepResult,
 )
-from benchmark.optimizer import SharedOptimizer
-from benchmark.wire import dense_wire_bits
+from decobench.optimizer import SharedOptimizer
+from decobench.wire import dense_wire_bits
 
 
 class DGAOptions(MethodOptions):

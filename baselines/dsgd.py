@@ -8,10 +8,10 @@ message leaves none). Bits: 32 d per worker per iteration; time T + W/a + b per 
 
 from __future__ import annotations
 
-from benchmark.compressors import DenseCompressor
-from benchmark.methods.base import Method, MethodContext, MethodOptions, MethodSpec
-from benchmark.methods.controllers import StaticController
-from benchmark.methods.ddefsgd import DDEFSGD
+from decobench.compressors import DenseCompressor
+from decobench.methods.base import Method, MethodContext, MethodOptions, MethodSpec
+from decobench.methods.controllers import StaticController
+from decobench.methods.ddefsgd import DDEFSGD
 
 
 class DSGDOptions(MethodOptions):

@@ -21,13 +21,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmark.atomicio import write_text_atomic
-from benchmark.compressors import TopKCompressor
-from benchmark.error_feedback import ErrorFeedback
-from benchmark.flat import FlatLayout
-from benchmark.gradients import WorkerGradients
-from benchmark.tasks.cnn_fmnist import PaperCNN
-from benchmark.wire import topk_count
+from decobench.atomicio import write_text_atomic
+from decobench.compressors import TopKCompressor
+from decobench.error_feedback import ErrorFeedback
+from decobench.flat import FlatLayout
+from decobench.gradients import WorkerGradients
+from decobench.tasks.cnn_fmnist import PaperCNN
+from decobench.wire import topk_count
 
 
 def _time(fn: Callable[[], object], repeats: int, warmup: int = 2) -> dict[str, float]:
@@ -103,7 +103,7 @@ def bench_topk(sizes: list[int], delta: float, repeats: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmark.bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m decobench.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="bench-results/bench.json", help="JSON file to write")
     parser.add_argument("--repeats", type=int, default=10, help="timed repetitions per case")

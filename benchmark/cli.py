@@ -3,7 +3,7 @@
 Subcommands: ``run`` (one training run), ``sweep`` (a suite of runs, in parallel and
 resumable), ``report`` (tables and figures of finished runs), ``plan`` (DeCo's (δ, τ) for
 given conditions), ``trace`` (generate, validate, convert, plot traces), ``data`` (build the
-offline CIFAR-10 and ImageNet stand-ins, :mod:`benchmark.tasks.standins`). Bad input ends
+offline CIFAR-10 and ImageNet stand-ins, :mod:`decobench.tasks.standins`). Bad input ends
 with one ``decobench: error: ...`` line and exit status 2.
 """
 
@@ -12,12 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import types
-import typing
 from collections.abc import Sequence
 from typing import Any
 
-from benchmark.errors import DecobenchError
+from decobench.errors import DecobenchError
+from decobench.flags import add_method_flags, add_run_flags, run_values
 
 RUN_EPILOG = """\
 examples:
@@ -35,192 +34,12 @@ The run directory (--out) receives config.yaml, metrics.jsonl and summary.json.
 """
 
 
-def _run_flags(parser: argparse.ArgumentParser) -> None:
-    S = argparse.SUPPRESS
-    g = parser.add_argument_group("run")
-    g.add_argument("--config", default=S, metavar="FILE.yaml",
-                   help="YAML file with any of these options (underscored or dashed keys; "
-                   "method options at top level or under method_options:); flags override it")
-    g.add_argument("--task", default=S, help="task name (see 'decobench run --help' footer)")
-    g.add_argument("--method", default=S, help="method name")
-    g.add_argument("--workers", type=int, default=S, help="number of workers n (default 4)")
-    g.add_argument("--trace", default=S, metavar="CSV|NAME",
-                   help="network trace: a CSV file or a bundled trace name "
-                   "(see 'decobench trace list')")
-    g.add_argument("--regime", default=S, metavar="PROFILE:TRACE|ALIAS",
-                   help="network relative to the task instead of --trace: TRACE as the task's "
-                   "PROFILE sees it (e.g. paper:wan-200ms-lowbw-varying, alias paper-wan), "
-                   "mapped onto this run's --profile with k = T/T_ref: times and latencies "
-                   "× k, bandwidth × (d/d_ref)/k, which keeps S/(a·T) and b/T")
-    g.add_argument("--transmission-ratio", type=float, default=S, metavar="RHO",
-                   help="constant network with S/(a·T) = RHO (S = 32·d bits, T the profile's "
-                   "compute time); with --latency-ratio, instead of --trace")
-    g.add_argument("--latency-ratio", type=float, default=S, metavar="LAMBDA",
-                   help="constant network with one-way latency b = LAMBDA·T")
-    g.add_argument("--ratio-shape", default=S, metavar="TRACE",
-                   help="with the ratios: vary the network like TRACE (name or CSV) around "
-                   "those means, its times as the task's paper profile sees them (the "
-                   "report's regime map uses the task's deco52-* trace)")
-    g.add_argument("--trace-loop", action="store_true", default=S,
-                   help="loop the trace instead of holding its last row")
-    g.add_argument("--target", type=float, default=S,
-                   help="target metric: accuracy in [0, 1] or perplexity; the run stops at the "
-                   "first evaluation that meets it")
-    g.add_argument("--no-stop-at-target", dest="stop_at_target", action="store_false",
-                   default=S, help="keep training after the target is met (until a budget)")
-    g.add_argument("--max-sim-time", type=float, default=S, metavar="SECONDS",
-                   help="budget in simulated seconds")
-    g.add_argument("--max-iters", type=int, default=S,
-                   help="budget in iterations (default: the task profile's)")
-    g.add_argument("--seed", type=int, default=S, help="random seed (default 0)")
-    g.add_argument("--data-root", default=S, metavar="DIR",
-                   help="existing copy of the data set (no download); default: download to "
-                   "~/.cache/decobench/data (vit-imagenet: required, ImageNet has no "
-                   "download; see docs/tasks/)")
-    g.add_argument("--dataset", default=S, metavar="VARIANT",
-                   help="data set variant, for tasks with several (gpt2-wikitext: "
-                   "wikitext-2-raw-v1 (default) or wikitext-103-raw-v1)")
-    g.add_argument("--out", default=S, metavar="DIR",
-                   help="run directory (default runs/TASK__METHOD__TRACE__nN__sSEED)")
-    g.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
-    g.add_argument("--backend", choices=["simulated", "emulated"], default=S,
-                   help="simulated: n workers in one process on the simulated clock "
-                   "(default); emulated: n worker processes (torch.distributed) in Linux "
-                   "network namespaces over links shaped live from the trace, times measured "
-                   "(root; docs/emulation.md)")
-    g.add_argument("--latency-mechanism", choices=["auto", "netem", "comm-layer", "kernel"],
-                   default=S, help="emulated: who adds the trace's one-way latency: netem "
-                   "(kernel qdisc), comm-layer (each message delivered at transmission end + "
-                   "l·b(t); rate still shaped by tc), auto (netem if the kernel has sch_netem, "
-                   "else comm-layer; default), kernel (torchrun ranks on links that already "
-                   "have their latency)")
-    g.add_argument("--emulation-timeout-s", type=float, default=S, metavar="SECONDS",
-                   help="emulated: seconds a collective may take before a peer counts as lost "
-                   "(default 60 + twice a dense message's transfer at the lowest bandwidth)")
-    g.add_argument("--skip-probe", action="store_true", default=S,
-                   help="emulated: do not measure the shaped links before training")
-    g.add_argument("--profile", default=S, help="task profile (default 'paper')")
-    g.add_argument("--init", choices=["scratch", "pretrained"], default=S,
-                   help="model initialisation: scratch (default) or pretrained: published "
-                   "weights, downloaded on first use (paper profiles of vit-imagenet and "
-                   "gpt2-wikitext only; see docs/tasks/)")
-    g.add_argument("--topology", choices=["paper", "ring"], default=S,
-                   help="time-model topology factors: paper (h = l = 1, default) or ring "
-                   "(ring all-gather / all-reduce; the default with --backend emulated)")
-    g.add_argument("--compute-time", choices=["profile", "measured"], default=S,
-                   help="per-iteration compute time T: the profile's fixed value in seconds "
-                   "(default) or measured wall time")
-    g.add_argument("--compute-time-s", type=float, default=S, metavar="SECONDS",
-                   help="fixed per-iteration compute time T in seconds, overriding the "
-                   "profile's (e.g. the time your GPU takes for one batch)")
-    g.add_argument("--eval-every", type=int, default=S, metavar="E",
-                   help="evaluate every E iterations (default: the profile's)")
-    g.add_argument("--fine-eval-every", type=int, default=S, metavar="E_F",
-                   help="near a target, evaluate every E_F iterations instead of E, so time to "
-                   "target is bracketed finely (summary.json: ttt_resolution_s); default off")
-    g.add_argument("--fine-eval-margin", type=float, default=S, metavar="M",
-                   help="relative distance to a target where --fine-eval-every takes over: "
-                   "accuracy >= target·(1 − M), perplexity <= target·(1 + M) (default 0.05)")
-    g.add_argument("--milestone", dest="milestones", type=float, action="append", default=S,
-                   metavar="TARGET", help="another target whose first time is recorded "
-                   "(summary.json: milestones) without stopping the run; repeatable, e.g. "
-                   "--target 0.8 --milestone 0.7")
-    g.add_argument("--batch-size", type=int, default=S, help="per-worker batch size")
-    g.add_argument("--lr", type=float, default=S, help="step size γ")
-    g.add_argument("--momentum", type=float, default=S, help="momentum μ after aggregation")
-    g.add_argument("--weight-decay", type=float, default=S, help="weight decay after aggregation")
-    g.add_argument("--schedule", choices=["constant", "warmup", "warmup-cosine"], default=S,
-                   help="learning-rate schedule: constant, linear warm-up then constant, or "
-                   "warm-up then cosine decay to 0 at --max-iters (default: the profile's)")
-    g.add_argument("--warmup-iters", type=int, default=S,
-                   help="iterations of linear learning-rate warm-up")
-    g.add_argument("--log-every", type=int, default=S, help="metrics row every k iterations "
-                   "(default 1)")
-    g.add_argument("--label", default=S, help="name of this method variant in reports and "
-                   "W&B (default: the method name), e.g. deco-sgd-F25")
-    g.add_argument("--condition", default=S, help="name of the network condition in reports "
-                   "and W&B (default: the trace's file stem, the regime or the ratios)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    g.add_argument("--no-wandb", action="store_true",
-                   help="do not log to Weights & Biases (default: log offline into the run "
-                   "directory; WANDB_MODE=online to upload, WANDB_MODE=disabled also turns it "
-                   "off; see docs/wandb.md)")
-
-
-def _parse_bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in {"1", "true", "yes", "on"}:
-        return True
-    if lowered in {"0", "false", "no", "off"}:
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def _field_type(annotation: Any) -> tuple[Any, list[str] | None]:
-    """argparse type and choices for an options field (``X | None`` is parsed as X)."""
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        inner = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(inner) == 1:
-            annotation = inner[0]
-    if typing.get_origin(annotation) is typing.Literal:
-        return str, [str(a) for a in typing.get_args(annotation)]
-    if annotation is bool:
-        return _parse_bool, None
-    return annotation, None
-
-
-def _shown_default(value: Any) -> str:
-    return "unset" if value is None else str(value)
-
-
-def _method_flags(parser: argparse.ArgumentParser, only: str | None) -> None:
-    """One flag per method option field. All are parsed (so an option the chosen method does
-    not have is reported by that method's options model); with ``--method M`` the help shows
-    only M's options, with M's defaults."""
-    from benchmark.methods import method_specs
-
-    specs = method_specs()
-    shown = {only} if only in specs else set(specs)
-    owners: dict[str, list[tuple[str, Any]]] = {}
-    for spec in specs.values():
-        for name, info in spec.options.model_fields.items():
-            owners.setdefault(name, []).append((spec.name, info))
-    title = f"options of {only}" if only in specs else "method options (each names its methods)"
-    group = parser.add_argument_group(title)
-    if only in specs:
-        group.description = f"method card: docs/methods/{only}.md"
-    if not any(method in shown for entries in owners.values() for method, _ in entries):
-        group.description = ("this method has no options of its own; method card: "
-                             f"docs/methods/{only}.md")
-    for name, entries in owners.items():
-        visible = [(method, info) for method, info in entries if method in shown]
-        info = (visible or entries)[0][1]
-        kind, choices = _field_type(info.annotation)
-        flag = "--" + name.replace("_", "-")
-        extra: dict[str, Any] = {}
-        if kind is _parse_bool:
-            extra = {"nargs": "?", "const": True, "metavar": "true|false"}
-        elif not choices:
-            extra = {"metavar": name.upper()}
-        defaults = {_shown_default(i.default) for _, i in visible}
-        if len(defaults) == 1:
-            default = f"default {defaults.pop()}"
-        else:
-            default = "default " + ", ".join(f"{m}: {_shown_default(i.default)}"
-                                             for m, i in visible)
-        methods = "" if only in specs else "; " + ", ".join(m for m, _ in visible)
-        group.add_argument(flag, dest=f"method_option__{name}", type=kind, choices=choices,
-                           default=argparse.SUPPRESS,
-                           help=f"{info.description} [{default}{methods}]" if visible
-                           else argparse.SUPPRESS, **extra)
-
-
 def _tasks_and_methods_epilog() -> str:
-    from benchmark.methods import method_specs
-    from benchmark.regime import REGIME_ALIASES
-    from benchmark.tasks import TASKS
+    from decobench.methods import method_specs
+    from decobench.regime import REGIME_ALIASES
+    from decobench.tasks import TASKS
 
-    lines = ["tasks:"] + [f"  {n:14s} {cls.description}" for n, cls in sorted(TASKS.items())]
+    lines = ["tasks:"] + [f"  {n:14s} {cls.description}" for n, cls in sorted(TASKS.all().items())]
     lines += ["methods:"] + [f"  {n:14s} {s.summary}" for n, s in sorted(method_specs().items())]
     lines += ["regime aliases (--regime):"] + [f"  {n:18s} {spec}" for n, spec
                                                 in sorted(REGIME_ALIASES.items())]
@@ -248,8 +67,8 @@ def _plan_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    from benchmark.tasks.standins import add_data_parser
-    from netem.cli import add_trace_parser
+    from decobench.netem.cli import add_trace_parser
+    from decobench.tasks.standins import add_data_parser
 
     parser = argparse.ArgumentParser(
         prog="decobench", description="Distributed training over wide-area networks: DeCo-SGD "
@@ -263,8 +82,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
                          "the simulated network clock (default), or with --backend emulated as n "
                          "real worker processes over shaped Linux links (root).", epilog=_tasks_and_methods_epilog(),
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    _run_flags(run)
-    _method_flags(run, chosen_method)
+    add_run_flags(run)
+    add_method_flags(run, chosen_method)
     run.set_defaults(func=cmd_run)
 
     plan = sub.add_parser("plan", help="print DeCo's (δ, τ) for given conditions (no training)",
@@ -359,9 +178,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 def cmd_fidelity(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from benchmark.config import build_run_config
-    from benchmark.emulated.fidelity import render_markdown, run_fidelity
-    from benchmark.methods import get_method_spec
+    from decobench.config import build_run_config
+    from decobench.emulated.fidelity import render_markdown, run_fidelity
+    from decobench.methods import get_method_spec
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     for method in methods:
@@ -383,7 +202,7 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
 
 
 def _sweep_epilog() -> str:
-    from benchmark.suite import load_suite, shipped_suites
+    from decobench.suite import load_suite, shipped_suites
 
     lines = ["shipped suites:"]
     for name in shipped_suites():
@@ -413,8 +232,8 @@ def _parse_data_roots(items: list[str]) -> dict[str, str]:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from benchmark.suite import load_suite
-    from benchmark.sweep import sweep
+    from decobench.suite import load_suite
+    from decobench.sweep import sweep
 
     suite, _ = load_suite(args.suite)
     out = Path(args.out) if args.out else Path("results") / suite.name
@@ -427,37 +246,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _collect_run_values(args: argparse.Namespace) -> dict[str, Any]:
-    from benchmark.config import load_yaml_config
-    from benchmark.methods import method_specs
-
-    values: dict[str, Any] = {}
-    if getattr(args, "config", None):
-        values = load_yaml_config(args.config)
-    options = dict(values.pop("method_options", None) or {})
-    option_names = {f for s in method_specs().values() for f in s.options.model_fields}
-    for name in list(values):
-        if name in option_names:
-            options[name] = values.pop(name)
-    skip = {"func", "command", "config", "overwrite", "no_progress", "no_wandb"}
-    for key, value in vars(args).items():
-        if key.startswith("method_option__"):
-            options[key.removeprefix("method_option__")] = value
-        elif key not in skip:
-            values[key] = value
-    values["method_options"] = options
-    return values
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    from benchmark.config import build_run_config
-    from benchmark.runner import execute, prepare
-    from benchmark.tracking import wandb_tracker_factory
+    from decobench.config import build_run_config
+    from decobench.runner import execute, prepare
+    from decobench.tracking import wandb_tracker_factory
 
-    config = build_run_config(_collect_run_values(args))
+    config = build_run_config(run_values(args))
     run = prepare(config)
     if config.backend == "emulated":
-        from benchmark.emulated.launcher import launch
+        from decobench.emulated.launcher import launch
 
         wandb_tracker_factory(not args.no_wandb)          # a bad WANDB_MODE fails here
         summary = launch(run, overwrite=args.overwrite, show_progress=not args.no_progress,
@@ -476,17 +273,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from benchmark.phi import get_phi
-    from benchmark.planner import plan
-    from benchmark.timemodel import t_avg
-    from benchmark.topology import topology_factors
-    from benchmark.wire import dense_wire_bits, wire_bits
+    from decobench.phi import get_phi
+    from decobench.planner import plan
+    from decobench.timemodel import t_avg
+    from decobench.topology import topology_factors
+    from decobench.wire import dense_wire_bits, wire_bits
 
     d, compute_s = args.params, None
     if args.task:
-        from benchmark.flat import FlatLayout
-        from benchmark.tasks import get_task
-        from benchmark.tasks.base import build_seeded_model
+        from decobench.flat import FlatLayout
+        from decobench.tasks import get_task
+        from decobench.tasks.base import build_seeded_model
 
         task = get_task(args.task)
         profile = task.profile(args.profile)
@@ -523,9 +320,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from benchmark.sweep import MANIFEST
-    from benchmark.tracking import log_report, project_name, resolve_mode
-    from reports.build import write_report
+    from decobench.reports.build import write_report
+    from decobench.sweep import MANIFEST
+    from decobench.tracking import log_report, project_name, resolve_mode
 
     resolve_mode(not args.no_wandb)                 # a bad WANDB_MODE fails before any work
     output = write_report(args.results_dir, args.out)

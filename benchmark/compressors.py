@@ -3,7 +3,7 @@
 A compressor acts on the error-compensated gradients of all n workers at once, as one
 ``[n, d]`` tensor (row i is worker i's flattened model), and returns a :class:`Compressed`
 message batch: what each worker sends, and how many bits that costs per worker,
-counted with the same function the time model uses (:mod:`benchmark.wire`).
+counted with the same function the time model uses (:mod:`decobench.wire`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from benchmark.wire import dense_wire_bits, topk_count, topk_wire_bits
+from decobench.wire import dense_wire_bits, topk_count, topk_wire_bits
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from benchmark.errors import DecobenchError
+from decobench.errors import DecobenchError
 
 
 class RunConfig(BaseModel):

@@ -19,7 +19,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from benchmark.config import RunConfig
+from decobench.config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def run_cost(config: RunConfig, max_iters: int, eval_every: int) -> RunCost:
 
 def suite_cost(configs: Sequence[RunConfig]) -> SuiteCost:
     """Upper bounds of the runs of a suite; budgets and cadences default to the profiles'."""
-    from benchmark.tasks import get_task
+    from decobench.tasks import get_task
 
     out = []
     for config in configs:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from benchmark.compressors import Compressed, Compressor
+from decobench.compressors import Compressed, Compressor
 
 
 class ErrorFeedback:

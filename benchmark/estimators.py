@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from benchmark.errors import DecobenchError
+from decobench.errors import DecobenchError
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from benchmark.flat import FlatLayout
+from decobench.flat import FlatLayout
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
 

@@ -17,7 +17,7 @@ P = TypeVar("P")
 @dataclass(frozen=True, order=True)
 class Message(Generic[P]):
     """A payload sent at ``sent_at`` with staleness τ; due at sent_at + τ. The payload is
-    usually the aggregated :class:`~benchmark.compressors.Update`; DGA sends each worker's
+    usually the aggregated :class:`~decobench.compressors.Update`; DGA sends each worker's
     local update."""
 
     due_at: int

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
-from benchmark.errors import DecobenchError
+from decobench.errors import DecobenchError
 
 PhiModel = Callable[[float, int], float]
 """``phi(delta, tau) -> float``: larger means more iterations to reach a target."""

@@ -8,7 +8,7 @@ Given estimates ``T̂`` (compute), ``â`` (bandwidth), ``b̂`` (latency):
 3. if none is bubble-free, minimise ``J(δ, τ) = T_avg(δ, τ) · (1 + κ sqrt(Φ(δ, τ)))`` over
    ``τ = 0 .. τ_max`` and a log-spaced grid of ``δ`` in ``[δ_min, 1]``.
 
-Step 1 costs O(1) per τ (:func:`benchmark.wire.max_topk_count_within`), so a plan is
+Step 1 costs O(1) per τ (:func:`decobench.wire.max_topk_count_within`), so a plan is
 O(τ_max) when some τ is bubble-free, O(τ_max · grid_points) otherwise; never O(d) or O(n).
 
 Topology factors: a message with ``δ < 1`` goes by all-gather (``topology_factors(...,
@@ -32,11 +32,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from benchmark.errors import DecobenchError
-from benchmark.phi import PhiModel, phi_paper
-from benchmark.timemodel import t_avg
-from benchmark.topology import TopologyFactors, topology_factors
-from benchmark.wire import dense_wire_bits, max_topk_count_within, topk_count, topk_wire_bits
+from decobench.errors import DecobenchError
+from decobench.phi import PhiModel, phi_paper
+from decobench.timemodel import t_avg
+from decobench.topology import TopologyFactors, topology_factors
+from decobench.wire import dense_wire_bits, max_topk_count_within, topk_count, topk_wire_bits
 
 OBJECTIVES = ("paper", "time-to-accuracy")
 """Planner objectives: ``paper`` (Algorithm 1, the default) and ``time-to-accuracy`` (this

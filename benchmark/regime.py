@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from benchmark.errors import DecobenchError
-from benchmark.wire import dense_wire_bits
-from netem.trace import Trace
+from decobench.errors import DecobenchError
+from decobench.netem.trace import Trace
+from decobench.wire import dense_wire_bits
 
 REGIME_ALIASES: dict[str, str] = {
     "paper-wan": "paper:wan-200ms-lowbw-varying",

@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from benchmark.atomicio import write_text_atomic
-from benchmark.errors import DecobenchError
+from decobench.atomicio import write_text_atomic
+from decobench.errors import DecobenchError
 
 CONFIG, METRICS, SUMMARY = "config.yaml", "metrics.jsonl", "summary.json"
 PARTIAL_SUFFIX = ".partial"

@@ -29,29 +29,29 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
-from benchmark import __version__
-from benchmark.config import RunConfig, format_validation_error
-from benchmark.errors import DecobenchError
-from benchmark.evaluation import (
+from decobench import __version__
+from decobench.config import RunConfig, format_validation_error
+from decobench.errors import DecobenchError
+from decobench.evaluation import (
     EvaluationSchedule,
     TargetBook,
     hit_fields,
     milestone_records,
     refine_windows,
 )
-from benchmark.flat import FlatLayout
-from benchmark.gradients import WorkerGradients
-from benchmark.methods import MethodContext, MethodOptions, MethodSpec, Observation, get_method_spec
-from benchmark.optimizer import OptimizerConfig
-from benchmark.progress import RunProgress
-from benchmark.regime import NetworkCondition, parse_regime
-from benchmark.rundir import RunDirectory
-from benchmark.sharding import ShardedBatches
-from benchmark.tasks import Task, TaskData, TaskProfile, get_task
-from benchmark.tasks.base import build_seeded_model, parameter_count
-from benchmark.timemodel import EventClock, IterationTiming
-from benchmark.tracking import NullTracker, RunTracker, TrackerFactory
-from netem.trace import Trace, load_trace, resolve_trace_path, write_trace
+from decobench.flat import FlatLayout
+from decobench.gradients import WorkerGradients
+from decobench.methods import MethodContext, MethodOptions, MethodSpec, Observation, get_method_spec
+from decobench.netem.trace import Trace, load_trace, resolve_trace_path, write_trace
+from decobench.optimizer import OptimizerConfig
+from decobench.progress import RunProgress
+from decobench.regime import NetworkCondition, parse_regime
+from decobench.rundir import RunDirectory
+from decobench.sharding import ShardedBatches
+from decobench.tasks import Task, TaskData, TaskProfile, get_task
+from decobench.tasks.base import build_seeded_model, parameter_count
+from decobench.timemodel import EventClock, IterationTiming
+from decobench.tracking import NullTracker, RunTracker, TrackerFactory
 
 
 @dataclass(frozen=True)
@@ -265,7 +265,7 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
     **Refine pass.** A target first met at an evaluation whose bracket is wider than the fine
     cadence ``E_f`` (the metric jumped past the fine window between two evaluations) is
     bracketed again by replaying the run from the start, evaluating every ``E_f`` iterations
-    inside that bracket (:func:`benchmark.evaluation.refine_windows`). The simulated run is
+    inside that bracket (:func:`decobench.evaluation.refine_windows`). The simulated run is
     deterministic and evaluations do not touch its trajectory, so the replay trains the same
     model; the replay's metric at the first pass's hit must equal the first pass's, or the run
     fails. ``metrics.jsonl`` then holds the replay, ``wall_time_s`` both passes, and
@@ -274,7 +274,7 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
     config = run.config
     if config.backend != "simulated":
         raise DecobenchError(f"execute() runs the simulated backend; backend {config.backend} "
-                             "runs through benchmark.emulated.launcher.launch")
+                             "runs through decobench.emulated.launcher.launch")
     rundir = RunDirectory(run.out, overwrite=overwrite)
     data = load_task_data(run)
     tracker: RunTracker = NullTracker()

@@ -45,8 +45,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from benchmark.config import RunConfig, build_run_config
-from benchmark.errors import DecobenchError
+from decobench.config import RunConfig, build_run_config
+from decobench.errors import DecobenchError
 
 SUITES_DIR = Path(__file__).parent / "suites"
 """Suites shipped with decobench, addressable by name (file stem)."""
@@ -299,8 +299,8 @@ def _condition_values(name: str, spec: ConditionSpec, traces_dir: Path) -> dict[
 
 def write_constant_traces(suite: Suite, traces_dir: Path) -> None:
     """Write each ``constant`` condition as a one-row trace CSV (``traces_dir/NAME.csv``)."""
-    from netem.generators import constant
-    from netem.trace import write_trace
+    from decobench.netem.generators import constant
+    from decobench.netem.trace import write_trace
 
     for name, spec in suite.conditions.items():
         if spec.constant is not None:
@@ -322,7 +322,7 @@ of them gets a new identity, as it computes something else)."""
 def identity(config: RunConfig) -> str:
     """SHA-256 of the resolved config without paths that do not change the computation
     (:data:`IDENTITY_EXCLUDED`); a trace file counts by its content, not its path."""
-    from netem.trace import resolve_trace_path
+    from decobench.netem.trace import resolve_trace_path
 
     values = config.model_dump(exclude=set(IDENTITY_EXCLUDED))
     if config.backend == "simulated":
@@ -346,9 +346,9 @@ def expand_cells(suite: Suite, traces_dir: Path,
                  data_roots: dict[str, str] | None = None) -> list[Cell]:
     """Every run of the suite as a validated :class:`RunConfig` (in file order). Traces of
     ``constant`` conditions must already be written to ``traces_dir``."""
-    from benchmark.methods import get_method_spec
-    from benchmark.tasks import get_task
-    from netem.trace import load_trace, resolve_trace_path
+    from decobench.methods import get_method_spec
+    from decobench.netem.trace import load_trace, resolve_trace_path
+    from decobench.tasks import get_task
 
     data_roots = data_roots or {}
     for name, spec in suite.conditions.items():

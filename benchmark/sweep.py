@@ -9,7 +9,7 @@ Layout of the results folder ``DIR``::
     DIR/failures.jsonl    cells that crashed (the report refuses to run while any is missing)
 
 A cell's identity is the SHA-256 of its resolved configuration and seed
-(:func:`benchmark.suite.identity`); its directory name ends with the first 12 hex digits.
+(:func:`decobench.suite.identity`); its directory name ends with the first 12 hex digits.
 A cell runs in ``runs/.staging-NAME-PID`` and is renamed to ``runs/NAME`` only when it is
 complete, so ``runs/NAME`` exists exactly when the run finished: killing the sweep (or the
 machine) at any moment loses at most the cells in flight, and a rerun skips every finished
@@ -35,10 +35,10 @@ from typing import Any
 
 import yaml
 
-from benchmark.atomicio import write_text_atomic
-from benchmark.errors import DecobenchError
-from benchmark.rundir import SUMMARY
-from benchmark.suite import Cell, Suite, expand_cells, write_constant_traces
+from decobench.atomicio import write_text_atomic
+from decobench.errors import DecobenchError
+from decobench.rundir import SUMMARY
+from decobench.suite import Cell, Suite, expand_cells, write_constant_traces
 
 STAGING_PREFIX = ".staging-"
 LOCK_FILE = ".sweep.lock"
@@ -66,9 +66,9 @@ def is_done(out: Path, cell: Cell) -> bool:
 
 
 def plan_sweep(suite: Suite, out: Path, data_roots: dict[str, str] | None = None) -> SweepPlan:
-    """Expand and check every cell (:func:`benchmark.runner.prepare`: options, targets,
+    """Expand and check every cell (:func:`decobench.runner.prepare`: options, targets,
     traces, data) before anything runs; a bad cell is an error naming it."""
-    from benchmark.runner import prepare
+    from decobench.runner import prepare
 
     write_constant_traces(suite, out / "traces")
     cells = expand_cells(suite, out / "traces", data_roots)
@@ -132,8 +132,8 @@ def _init_worker(threads: int) -> None:
 
 def run_cell(cell: Cell, out: Path, wandb: bool) -> dict[str, Any]:
     """Run one cell in a staging folder and publish it by renaming (in a worker process)."""
-    from benchmark.runner import execute, prepare
-    from benchmark.tracking import wandb_tracker_factory
+    from decobench.runner import execute, prepare
+    from decobench.tracking import wandb_tracker_factory
 
     final = run_dir(out, cell)
     staging = final.parent / f"{STAGING_PREFIX}{cell.name}-{os.getpid()}"
@@ -160,7 +160,7 @@ def execute_sweep(plan: SweepPlan, jobs: int, wandb: bool = True,
                   show_progress: bool = True) -> list[tuple[Cell, str]]:
     """Run the remaining cells with ``jobs`` worker processes; returns the failed cells with
     their errors. Each worker uses ``max(1, cores // jobs)`` torch threads."""
-    from benchmark.progress import SweepProgress
+    from decobench.progress import SweepProgress
 
     failures: list[tuple[Cell, str]] = []
     if not plan.todo:
@@ -203,7 +203,7 @@ def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str
               f"{len(plan.todo)} to run with {min(jobs, max(1, len(plan.todo)))} worker "
               f"process(es) -> {out}", file=sys.stderr)
         if dry_run:
-            from benchmark.cost import describe, suite_cost
+            from decobench.cost import describe, suite_cost
 
             for cell in plan.todo:
                 print(f"  would run {cell.name}", file=sys.stderr)

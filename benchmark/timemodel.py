@@ -11,7 +11,7 @@ staleness ``τ_k`` (a message sent at ``j`` is applied at iteration ``j + τ_j``
     arrive_k = txe_k + l · b(txe_k)
 
 with ``end_{-1} = txe_{-1} = 0`` and the topology factors ``h, l`` of
-:mod:`benchmark.topology`. The run's clock is ``end`` of its last iteration.
+:mod:`decobench.topology`. The run's clock is ``end`` of its last iteration.
 
 For constant ``a, b, T, W, τ`` the average iteration time is (the paper's Theorem 3)::
 
@@ -31,15 +31,15 @@ import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from benchmark.errors import DecobenchError
-from benchmark.topology import topology_factors
+from decobench.errors import DecobenchError
+from decobench.topology import topology_factors
 
 
 @runtime_checkable
 class Link(Protocol):
     """A network link with piecewise-constant bandwidth ``a(t)`` and latency ``b(t)`` (§4).
 
-    ``netem.trace.Trace`` satisfies it; so does :class:`ConstantLink`.
+    ``decobench.netem.trace.Trace`` satisfies it; so does :class:`ConstantLink`.
     """
 
     def transmission_end(self, start_s: float, bits: float) -> float:

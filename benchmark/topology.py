@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from benchmark.errors import DecobenchError
+from decobench.errors import DecobenchError
 
 TOPOLOGIES = ("paper", "ring")
 """Names accepted by :func:`topology_factors`."""

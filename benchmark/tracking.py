@@ -4,7 +4,7 @@
 error of a crashed run). :class:`NullTracker` does nothing (``--no-wandb``).
 :class:`WandbTracker` logs the run to Weights & Biases, offline by default (see
 :func:`resolve_mode` and ``docs/wandb.md``); :func:`wandb_tracker_factory` builds the
-``tracker_factory`` that :func:`benchmark.runner.execute` takes, and :func:`log_report`
+``tracker_factory`` that :func:`decobench.runner.execute` takes, and :func:`log_report`
 logs a suite's report (tables, figures, files) as a run of its own.
 
 Naming of a run (so the W&B UI can compare methods per task and network condition):
@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from benchmark.errors import DecobenchError
+from decobench.errors import DecobenchError
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class RunTracker(Protocol):
 
 TrackerFactory = Callable[[dict[str, Any], Path], RunTracker]
 """Opens a run's tracker from its resolved configuration and run directory (what
-:func:`benchmark.runner.execute` takes)."""
+:func:`decobench.runner.execute` takes)."""
 
 
 class NullTracker:
@@ -328,7 +328,7 @@ class WandbTracker:
 
 
 def wandb_tracker_factory(enabled: bool = True) -> TrackerFactory:
-    """The ``tracker_factory`` for :func:`benchmark.runner.execute`.
+    """The ``tracker_factory`` for :func:`decobench.runner.execute`.
 
     The mode is resolved now (:func:`resolve_mode`); in ``disabled`` mode the factory returns
     :class:`NullTracker` and wandb is never imported.

@@ -7,7 +7,7 @@ One worker's message at compression ratio δ over a model of ``d`` fp32 paramete
   cheapest of packed indices, a d-bit mask, or the sparse vector sent dense.
 
 The training code reports the bits it puts on the wire with these functions and the time
-model (:mod:`benchmark.timemodel`) charges the same number, so the two never disagree.
+model (:mod:`decobench.timemodel`) charges the same number, so the two never disagree.
 All functions are pure and work on Python integers (exact for any ``d``).
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from benchmark.errors import DecobenchError
+from decobench.errors import DecobenchError
 
 VALUE_BITS = 32
 """Bits of one fp32 value."""

@@ -1,8 +1,8 @@
 """The ``decobench trace`` subcommand: generate, validate, convert, plot and list traces.
 
-The handlers are thin: they parse options and call :mod:`netem.trace`,
-:mod:`netem.generators`, :mod:`netem.mahimahi` and :mod:`netem.plot`. Invalid traces raise
-:class:`netem.trace.TraceError` (a ``DecobenchError``), which the top-level CLI reports.
+The handlers are thin: they parse options and call :mod:`decobench.netem.trace`,
+:mod:`decobench.netem.generators`, :mod:`decobench.netem.mahimahi` and :mod:`decobench.netem.plot`. Invalid traces raise
+:class:`decobench.netem.trace.TraceError` (a ``DecobenchError``), which the top-level CLI reports.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from netem import generators
-from netem.mahimahi import DEFAULT_FLOOR_MBPS, from_mahimahi
-from netem.plot import plot_trace
-from netem.trace import (
+from decobench.netem import generators
+from decobench.netem.mahimahi import DEFAULT_FLOOR_MBPS, from_mahimahi
+from decobench.netem.plot import plot_trace
+from decobench.netem.trace import (
     Trace,
     describe_bundled_traces,
     load_trace,

@@ -4,7 +4,7 @@ Compose cannot loop over a count, so this module writes the file: ``render_compo
 pure function of its arguments, and ``docker/compose.yaml`` is exactly ``render_compose(4)``
 (``tests/test_docker_compose.py`` checks that they never drift)::
 
-    python -m netem.compose --workers 8 --out docker/compose-8.yaml
+    python -m decobench.netem.compose --workers 8 --out docker/compose-8.yaml
 
 The file's services:
 
@@ -20,18 +20,18 @@ The file's services:
     listens on ``HTTP_BIND:HTTP_PORT`` (default 127.0.0.1:4080).
 ``worker-0`` .. ``worker-{n-1}``
     ``torchrun --nnodes n --node-rank i --nproc-per-node 1 --master-addr worker-0
-    --master-port 29500 -m benchmark.emulated ... --latency-mechanism kernel`` on a
+    --master-port 29500 -m decobench.emulated ... --latency-mechanism kernel`` on a
     user-defined bridge network (docker-tc finds a container's veth through the network's
     ``br-<id>`` bridge, which the default ``docker0`` bridge does not have). The docker-tc
     labels give the trace's first row, so the links are shaped from the first packet.
 ``player``
-    ``python -m netem.player --via docker-tc`` on the host network (docker-tc's API is
+    ``python -m decobench.netem.player --via docker-tc`` on the host network (docker-tc's API is
     bound to the host's loopback): waits for rank 0's start file, then POSTs each trace row
     to docker-tc for every worker container as the row comes due.
 
 With ``shaper="tc"`` there is no docker-tc: each worker gets a sidecar ``shaper-i`` that
 shares its network namespace (``network_mode: service:worker-i``), has NET_ADMIN, and runs
-``python -m netem.player --via tc --dev eth0``: tc inside the container, shaping the
+``python -m decobench.netem.player --via tc --dev eth0``: tc inside the container, shaping the
 worker's egress.
 
 Container names are fixed (``container_name: ${DECOBENCH_PREFIX:-decobench}-worker-i``):
@@ -72,8 +72,8 @@ torchvision data sets, ``~/.cache/huggingface`` for WikiText and tokenizers."""
 PREFETCH_CODE = """\
 import sys
 from pathlib import Path
-from benchmark.config import load_yaml_config
-from benchmark.tasks import get_task
+from decobench.config import load_yaml_config
+from decobench.tasks import get_task
 config = load_yaml_config(sys.argv[1])
 task = get_task(config["task"])
 root = config.get("data_root")
@@ -96,7 +96,7 @@ def _env(name: str, default: Any) -> str:
 def _trace_rows(trace: str) -> tuple[float, float, float, float]:
     """(first rate, first latency, highest rate, highest latency) of ``trace``, in bit/s
     and seconds; ``trace`` is a bundled name or a CSV path."""
-    from netem.trace import load_trace
+    from decobench.netem.trace import load_trace
 
     loaded = load_trace(trace)
     return (loaded.bandwidth_bps[0], loaded.latency_s[0], max(loaded.bandwidth_bps),
@@ -115,12 +115,12 @@ def container_trace(trace: str) -> str:
 def _docker_tc_settings(trace: str) -> dict[str, str]:
     """docker-tc label values for the trace's first row, and its tbf sizes for the trace.
 
-    The same rules as ``netem.tc`` (used by the trace player): tc's rate is the goodput
+    The same rules as ``decobench.netem.tc`` (used by the trace player): tc's rate is the goodput
     times the TCP/IP framing factor, in bit/s (tc's ``mbps`` would mean megabytes); the
     delay is the one-way latency in microseconds; the token bucket holds one timer tick at
     the trace's highest rate and queues ``2·b + 50 ms`` at its highest latency.
     """
-    from netem.tc import QUEUE_HEADROOM_S, LinkSetting, burst_bytes, tc_rate_bps
+    from decobench.netem.tc import QUEUE_HEADROOM_S, LinkSetting, burst_bytes, tc_rate_bps
 
     rate, latency, top_rate, top_latency = _trace_rows(trace)
     first = LinkSetting(rate_bps=rate, latency_s=latency)
@@ -136,7 +136,7 @@ def _worker_command(i: int, workers: int, *, master_port: int, trace: str, run_c
     command = [
         "torchrun", "--nnodes", str(workers), "--node-rank", str(i), "--nproc-per-node", "1",
         "--master-addr", "worker-0", "--master-port", str(master_port),
-        "-m", "benchmark.emulated",
+        "-m", "decobench.emulated",
         "--config", f"{CONFIG_MOUNT}/{_env('RUN_CONFIG', run_config)}",
         "--out", f"{RESULTS_MOUNT}/{run}",
         "--workers", str(workers),
@@ -264,7 +264,7 @@ def render_compose(
         services[f"worker-{i}"] = worker
 
     def player_command(*via: str) -> list[str]:
-        return (["python", "-m", "netem.player", "--trace", _env("TRACE", trace_in_container)]
+        return (["python", "-m", "decobench.netem.player", "--trace", _env("TRACE", trace_in_container)]
                 + (["--loop"] if loop else []) + list(via) + ["--start-file", start_file])
 
     if docker_tc:
@@ -362,12 +362,12 @@ def _header(workers: int, *, image: str, trace: str, trace_in_container: str, lo
 #              rate=...&delay=... replaces a container's rules (bin/http-post.sh).
 #   (labels)   worker-i's docker-tc labels = the trace's first row: limit {tc['limit']} (tc rate, goodput x 1514/1448
 #              for TCP/IP framing, as netem/tc.py), delay {tc['delay']} (one-way latency).
-#   player     python -m netem.player --via docker-tc, on the host network so that it reaches
+#   player     python -m decobench.netem.player --via docker-tc, on the host network so that it reaches
 #              docker-tc's API on 127.0.0.1; it waits for rank 0 to write
 #              /results/$RUN_NAME.start, then POSTs each trace row to every worker.
 """
         if shaper == "docker-tc" else
-        """#   shaper-i   python -m netem.player --via tc --dev eth0 in worker-i's network namespace
+        """#   shaper-i   python -m decobench.netem.player --via tc --dev eth0 in worker-i's network namespace
 #              (network_mode: service:worker-i) with NET_ADMIN: tc inside the container
 #              shapes the worker's egress; it waits for /results/$RUN_NAME.start.
 """
@@ -376,9 +376,9 @@ def _header(workers: int, *, image: str, trace: str, trace_in_container: str, lo
                 "deploy.resources.reservations.devices.\n" if gpus else "")
     return f"""\
 # decobench: an emulated run with {workers} worker containers ({shaper} shaping). GENERATED by
-#   python -m netem.compose {' '.join(flags)}
+#   python -m decobench.netem.compose {' '.join(flags)}
 # Do not edit by hand: regenerate (the test suite checks docker/compose.yaml against
-# netem.compose.render_compose(4)). Guide: docs/docker.md.
+# decobench.netem.compose.render_compose(4)). Guide: docs/docker.md.
 #
 # Start (from the folder of this file; Compose v2, or docker-compose >= 1.29 for v1):
 #   docker compose up -d && docker wait {prefix}-worker-0
@@ -389,7 +389,7 @@ def _header(workers: int, *, image: str, trace: str, trace_in_container: str, lo
 #   data       one-shot: downloads the task's data into the data volume (or checks
 #              data_root) before the workers start; they wait for it to succeed.
 #   worker-i   torchrun --nnodes {workers} --node-rank i --nproc-per-node 1 --master-addr worker-0
-#              --master-port 29500 -m benchmark.emulated --config /config/$RUN_CONFIG
+#              --master-port 29500 -m decobench.emulated --config /config/$RUN_CONFIG
 #              --out /results/$RUN_NAME --latency-mechanism kernel (torch.distributed static
 #              rendezvous: rank i = node rank i); on the user-defined bridge network "wan".
 {shaping}{gpu_note}#
@@ -417,18 +417,18 @@ def _header(workers: int, *, image: str, trace: str, trace_in_container: str, lo
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m netem.compose",
+        prog="python -m decobench.netem.compose",
         description="Write a Docker Compose file for an emulated decobench run with N worker "
         "containers: a one-shot data download, docker-tc (or a tc sidecar per worker) shaping "
         "each worker's link from a bandwidth/latency trace, N torchrun workers running "
-        "python -m benchmark.emulated, and the trace player. Every choice below is also a "
+        "python -m decobench.emulated, and the trace player. Every choice below is also a "
         "Compose variable in the file, so it can be changed later without editing.",
         epilog="examples:\n"
-        "  python -m netem.compose --workers 8 --out docker/compose-8.yaml\n"
-        "  python -m netem.compose --workers 4 --trace wan-200ms-lowbw-varying --loop \\\n"
+        "  python -m decobench.netem.compose --workers 8 --out docker/compose-8.yaml\n"
+        "  python -m decobench.netem.compose --workers 4 --trace wan-200ms-lowbw-varying --loop \\\n"
         "      --out docker/compose-wan.yaml\n"
-        "  python -m netem.compose --workers 4 --gpus 4 --out docker/compose-gpu.yaml\n"
-        "  python -m netem.compose --workers 4 --shaper tc --out docker/compose-tc.yaml\n\n"
+        "  python -m decobench.netem.compose --workers 4 --gpus 4 --out docker/compose-gpu.yaml\n"
+        "  python -m decobench.netem.compose --workers 4 --shaper tc --out docker/compose-tc.yaml\n\n"
         "Write the file next to docker/run.yaml (the default --config-dir '.' is the compose "
         "file's folder), then: docker compose -f docker/compose-8.yaml up -d. "
         "docker/compose.yaml is this command's output for --workers 4. See docs/docker.md.",
@@ -469,7 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from benchmark.errors import DecobenchError
+    from decobench.errors import DecobenchError
 
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -1,8 +1,8 @@
 """Trace generators: constant, steps, seeded random walk and on/off congestion.
 
-Pure functions; each returns a :class:`netem.trace.Trace`. Arguments use the CSV units:
+Pure functions; each returns a :class:`decobench.netem.trace.Trace`. Arguments use the CSV units:
 times and durations in seconds, bandwidth in Mbit/s, latency in ms. Every generator that is
-given a duration D writes its rows so that the trace's period (see :mod:`netem.trace`) is D, so
+given a duration D writes its rows so that the trace's period (see :mod:`decobench.netem.trace`) is D, so
 ``trace.with_loop(True)`` repeats it every D seconds.
 """
 
@@ -13,7 +13,7 @@ import random
 from collections.abc import Sequence
 from itertools import pairwise
 
-from netem.trace import Trace, TraceError, as_trace
+from decobench.netem.trace import Trace, TraceError, as_trace
 
 DECIMALS: int = 3
 """Generated bandwidth (Mbit/s) and latency (ms) values are rounded to this many decimals."""

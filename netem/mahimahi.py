@@ -1,4 +1,4 @@
-"""Convert Mahimahi packet-delivery traces to :class:`netem.trace.Trace`.
+"""Convert Mahimahi packet-delivery traces to :class:`decobench.netem.trace.Trace`.
 
 A Mahimahi trace has one integer millisecond timestamp per line; each is one delivery
 opportunity for a 1500-byte (12000-bit) packet, and a timestamp repeated m times means m
@@ -15,7 +15,7 @@ measured rate is kept). The floor exists because the trace format forbids zero b
 empty bin (an outage) becomes a near-stall of ``floor_mbps`` (default 0.001 Mbit/s = 1 kbit/s;
 the floor also lifts any slower bin; one packet in a bin of up to 12 s is faster than that).
 Consecutive bins with equal bandwidth are merged; rows are written with
-:func:`netem.generators.steps`, so the converted trace's period is ``K * B`` seconds.
+:func:`decobench.netem.generators.steps`, so the converted trace's period is ``K * B`` seconds.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import math
 import os
 import pathlib
 
-from netem.generators import steps
-from netem.trace import BITS_PER_MBIT, Trace, TraceError
+from decobench.netem.generators import steps
+from decobench.netem.trace import BITS_PER_MBIT, Trace, TraceError
 
 PACKET_BITS: int = 1500 * 8
 """Bits per Mahimahi delivery opportunity (one 1500-byte packet)."""

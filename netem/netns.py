@@ -6,7 +6,7 @@ Topology for ``n`` workers (``docs/emulation.md``, "Topology")::
     eth0 10.77.X.1/24 ===veth=== {prefix}w0 -+- bridge {prefix}br -+- {prefix}w1 ===veth=== eth0 10.77.X.2/24
     (shaped: rate [+ delay])                                          (shaped)
 
-Each worker's ``eth0`` egress is shaped (:mod:`netem.tc`), so the path from worker i to
+Each worker's ``eth0`` egress is shaped (:mod:`decobench.netem.tc`), so the path from worker i to
 worker j sees worker i's rate and (under ``netem``) its latency; a round trip crosses two
 shaped links. All namespaces are private to one run: addresses may repeat across runs, and
 the subnet octet ``X`` derived from the prefix only makes logs easier to tell apart.
@@ -14,7 +14,7 @@ the subnet octet ``X`` derived from the prefix only makes logs easier to tell ap
 Every command goes through a :class:`Runner` so that tests can check the exact command
 sequence without root. Each namespace's loopback carries an owner tag (``ip link set lo
 alias``) naming the creating process, so :func:`cleanup_stale` removes only namespaces
-whose owner is gone (e.g. a run killed with SIGKILL); ``python -m netem.netns --cleanup``.
+whose owner is gone (e.g. a run killed with SIGKILL); ``python -m decobench.netem.netns --cleanup``.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from benchmark.errors import DecobenchError
-from netem.tc import (
+from decobench.errors import DecobenchError
+from decobench.netem.tc import (
     MECHANISMS,
     TCP_FRAMING_FACTOR,
     LinkSetting,
@@ -337,7 +337,7 @@ class NamespaceNetwork:
             raise DecobenchError(
                 "could not delete every namespace of the emulated network: "
                 + "; ".join(errors)
-                + " (remove leftovers with `python -m netem.netns --cleanup`)"
+                + " (remove leftovers with `python -m decobench.netem.netns --cleanup`)"
             )
 
     # ------------------------------------------------------------------------ shaping
@@ -495,9 +495,9 @@ def cleanup_stale(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m netem.netns --cleanup``: remove namespaces left by killed runs."""
+    """``python -m decobench.netem.netns --cleanup``: remove namespaces left by killed runs."""
     parser = argparse.ArgumentParser(
-        prog="python -m netem.netns",
+        prog="python -m decobench.netem.netns",
         description="Manage decobench's emulated-network namespaces (needs root).",
     )
     action = parser.add_mutually_exclusive_group(required=True)
@@ -531,7 +531,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         deleted = cleanup_stale(args.pattern, include_live=args.all, runner=runner)
     except DecobenchError as exc:
-        print(f"netem.netns: error: {exc}", file=sys.stderr)
+        print(f"decobench.netem.netns: error: {exc}", file=sys.stderr)
         return 2
     for ns in deleted:
         print(f"deleted {ns}")

@@ -2,12 +2,12 @@
 
 - :func:`schedule` (pure): the change points ``(t, LinkSetting)`` of a trace up to a horizon.
 - :class:`Shaper`: anything with ``apply(setting)``; :class:`NetnsShaper` (the namespace
-  network of :mod:`netem.netns`), :class:`TcShaper` (``tc`` on a local device, e.g. inside a
+  network of :mod:`decobench.netem.netns`), :class:`TcShaper` (``tc`` on a local device, e.g. inside a
   container with NET_ADMIN) and :class:`DockerTcShaper` (the docker-tc HTTP API).
 - :class:`TracePlayer`: a background thread that applies each change at
   ``t0 + t`` on ``CLOCK_MONOTONIC`` (never earlier), where ``t0`` is given or read from a
   start file written by the training's rank 0; it records planned and actual times.
-- ``python -m netem.player``: the same from the command line (used by the Docker set-up).
+- ``python -m decobench.netem.player``: the same from the command line (used by the Docker set-up).
 
 The player only ever updates shaping in place (``tc ... change``): queued packets are kept
 and connections see a rate change, not a reset.
@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from benchmark.errors import DecobenchError
-from netem.netns import CommandError, Runner, SubprocessRunner
-from netem.tc import (
+from decobench.errors import DecobenchError
+from decobench.netem.netns import CommandError, Runner, SubprocessRunner
+from decobench.netem.tc import (
     MECHANISMS,
     TCP_FRAMING_FACTOR,
     LinkSetting,
@@ -43,7 +43,7 @@ from netem.tc import (
     shaping_commands,
     tc_rate_bps,
 )
-from netem.trace import Trace, load_trace
+from decobench.netem.trace import Trace, load_trace
 
 
 # ------------------------------------------------------------------------------ schedule
@@ -97,7 +97,7 @@ class _Network(Protocol):
 
 @dataclass(frozen=True)
 class NetnsShaper:
-    """Every worker link of a :class:`netem.netns.NamespaceNetwork` (``network.apply``)."""
+    """Every worker link of a :class:`decobench.netem.netns.NamespaceNetwork` (``network.apply``)."""
 
     network: _Network
 
@@ -175,7 +175,7 @@ class DockerTcShaper:
     container's qdiscs and adds new ones (queued packets are dropped), it shapes the
     host-side veth (the traffic going *into* the container), and its token bucket uses the
     daemon's fixed ``QDISC_TBF_BURST``/``QDISC_TBF_LATENCY``. The rate sent is the goodput
-    times ``framing_factor`` as for :mod:`netem.tc`. Under ``comm-layer`` no delay is sent.
+    times ``framing_factor`` as for :mod:`decobench.netem.tc`. Under ``comm-layer`` no delay is sent.
     """
 
     url: str
@@ -419,7 +419,7 @@ class TracePlayer:
 # ----------------------------------------------------------------------------------- CLI
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m netem.player",
+        prog="python -m decobench.netem.player",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Play a network trace (bandwidth a(t), latency b(t)) live on real links.\n\n"
@@ -433,8 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "examples:\n"
-            "  python -m netem.player --trace wan-200ms-lowbw-varying --via tc --dev eth0\n"
-            "  python -m netem.player --trace my.csv --loop --via docker-tc \\\n"
+            "  python -m decobench.netem.player --trace wan-200ms-lowbw-varying --via tc --dev eth0\n"
+            "  python -m decobench.netem.player --trace my.csv --loop --via docker-tc \\\n"
             "      --url http://localhost:4080 --container decobench-worker-0 \\\n"
             "      --container decobench-worker-1 --start-file /run/decobench/.clock_start"
         ),
@@ -573,7 +573,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass
         records = player.stop()
     except DecobenchError as exc:
-        print(f"netem.player: error: {exc}", file=sys.stderr)
+        print(f"decobench.netem.player: error: {exc}", file=sys.stderr)
         return 2
     print(f"played {len(records)} change(s)", flush=True)
     return 0

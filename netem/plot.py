@@ -9,8 +9,8 @@ import io
 import math
 import os
 
-from benchmark.atomicio import write_bytes_atomic
-from netem.trace import BITS_PER_MBIT, MS_PER_S, Trace
+from decobench.atomicio import write_bytes_atomic
+from decobench.netem.trace import BITS_PER_MBIT, MS_PER_S, Trace
 
 CONSTANT_PLOT_S: float = 60.0
 """Time span drawn for a one-row (constant) trace when no duration is given."""

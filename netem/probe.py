@@ -10,7 +10,7 @@ ring collectives use), all links at once as in training:
    the receiver fits a least-squares slope to the payload bytes received after the
    warm-up (TCP slow start), which averages out the lumps in which data arrives.
 
-The transfers run in agents inside the namespaces, ``ip netns exec NS python -m netem.probe
+The transfers run in agents inside the namespaces, ``ip netns exec NS python -m decobench.netem.probe
 serve|send``: a receiver in the destination namespace and a sender in the source one.
 Under ``netem`` the kernel latency must be within ``tolerance`` of the request (plus
 :data:`LATENCY_SLACK_S`); under ``comm-layer`` the kernel adds none (it must stay below
@@ -35,9 +35,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from benchmark.atomicio import write_text_atomic
-from benchmark.errors import DecobenchError
-from netem.tc import LinkSetting
+from decobench.atomicio import write_text_atomic
+from decobench.errors import DecobenchError
+from decobench.netem.tc import LinkSetting
 
 PROBE_PORT: int = 47031
 """TCP port the receivers listen on (each in its own namespace)."""
@@ -51,7 +51,7 @@ CHUNK_BYTES: int = 256 * 1024
 
 
 class ProbedNetwork(Protocol):
-    """What the probe needs from :class:`netem.netns.NamespaceNetwork`."""
+    """What the probe needs from :class:`decobench.netem.netns.NamespaceNetwork`."""
 
     mechanism: str
 
@@ -290,7 +290,7 @@ def probe_links(
     nbytes = math.ceil(setting.rate_bps / 8 * planned)
     max_s = 4 * planned + 2
     links = [(i, (i + 1) % n) for i in range(n)]
-    agent = [python, "-m", "netem.probe"]
+    agent = [python, "-m", "decobench.netem.probe"]
     servers: list[_Agent] = []
     senders: list[_Agent] = []
     try:
@@ -456,9 +456,9 @@ def send(host: str, port: int, pings: int, nbytes: int, max_s: float) -> list[fl
 def main(argv: Sequence[str] | None = None) -> int:
     """Agent entry point (run by :func:`probe_links` inside the namespaces)."""
     parser = argparse.ArgumentParser(
-        prog="python -m netem.probe",
+        prog="python -m decobench.netem.probe",
         description="Link-probe agents run inside the emulated network's namespaces by "
-        "netem.probe.probe_links; not meant to be run by hand.",
+        "decobench.netem.probe.probe_links; not meant to be run by hand.",
     )
     sub = parser.add_subparsers(dest="role", required=True)
     srv = sub.add_parser("serve", help="receiver: echo pings, then measure bulk goodput")

@@ -1,7 +1,7 @@
 """Pure builders of ``tc`` command lines that shape one link's egress.
 
 Nothing here runs a command: :func:`shaping_commands` returns argv lists that
-:mod:`netem.netns` (namespaces), :mod:`netem.player` (a trace played live) and the docs run
+:mod:`decobench.netem.netns` (namespaces), :mod:`decobench.netem.player` (a trace played live) and the docs run
 or print. One link is one network device's egress queue.
 
 Structure (both mechanisms). An HTB tree limits the device's egress to the link rate ``R``;
@@ -62,7 +62,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from benchmark.errors import DecobenchError
+from decobench.errors import DecobenchError
 
 Mechanism = Literal["netem", "comm-layer"]
 """How the one-way latency is added: by the kernel (``netem``) or by the training process."""

@@ -19,7 +19,7 @@ Period rule. A row holds until the next row starts. The last row has no successo
 given the duration of the row before it: ``period = times[-1] + (times[-1] - times[-2])``.
 A single-row trace is constant and its period is infinite. After the last row a trace either
 holds the last row for ever (``loop=False``, the default) or repeats from time 0 with that
-period (``loop=True``). The generators in :mod:`netem.generators` write their rows so that the
+period (``loop=True``). The generators in :mod:`decobench.netem.generators` write their rows so that the
 period equals the requested duration.
 """
 
@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from benchmark.atomicio import write_bytes_atomic
-from benchmark.errors import DecobenchError
+from decobench.atomicio import write_bytes_atomic
+from decobench.errors import DecobenchError
 
 HEADER: tuple[str, str, str] = ("time_s", "bandwidth_mbps", "latency_ms")
 """The exact CSV columns, in order."""
@@ -380,7 +380,7 @@ def trace_header_fields(text: str, key: str) -> list[str]:
     """The values of the ``# KEY: value`` comment lines above the CSV header, in order.
 
     Only the comment block before the ``time_s,...`` header is read (a pack file's
-    provenance: ``source``, ``pack``, ``choice``; see :mod:`netem.pack`).
+    provenance: ``source``, ``pack``, ``choice``; see :mod:`decobench.netem.pack`).
     """
     prefix = f"{key}:"
     out: list[str] = []

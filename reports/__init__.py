@@ -1,4 +1,4 @@
 """Tables and figures built only from finished run directories (docs/reports.md).
 
-Entry point: :func:`reports.build.write_report` (``decobench report DIR``).
+Entry point: :func:`decobench.reports.build.write_report` (``decobench report DIR``).
 """

@@ -1,7 +1,7 @@
 """``decobench report DIR``: the report of a results folder (docs/reports.md).
 
-:func:`write_report` loads the runs (:mod:`reports.runs`), builds the tables
-(:mod:`reports.tables`, :mod:`reports.theory`) and figures (:mod:`reports.figures`), and
+:func:`write_report` loads the runs (:mod:`decobench.reports.runs`), builds the tables
+(:mod:`decobench.reports.tables`, :mod:`decobench.reports.theory`) and figures (:mod:`decobench.reports.figures`), and
 writes, each file atomically::
 
     OUT/report.md            OUT/report.html (self-contained: figures embedded)
@@ -20,12 +20,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from benchmark.atomicio import write_bytes_atomic, write_text_atomic
-from reports import figures as figs
-from reports import theory
-from reports.claims import claims_table, extreme_cells
-from reports.regime_map import regime_maps, regime_table
-from reports.render import (
+from decobench.atomicio import write_bytes_atomic, write_text_atomic
+from decobench.reports import figures as figs
+from decobench.reports import theory
+from decobench.reports.claims import claims_table, extreme_cells
+from decobench.reports.regime_map import regime_maps, regime_table
+from decobench.reports.render import (
     Block,
     Bullets,
     FigureBlock,
@@ -37,9 +37,9 @@ from reports.render import (
     to_latex,
     to_markdown,
 )
-from reports.runs import Run, RunSet, load_runs
-from reports.speedup import REFERENCES
-from reports.tables import Table, group, runs_table, scaling_table, ttt_table
+from decobench.reports.runs import Run, RunSet, load_runs
+from decobench.reports.speedup import REFERENCES
+from decobench.reports.tables import Table, group, runs_table, scaling_table, ttt_table
 
 TITLE = "decobench report"
 
@@ -230,7 +230,7 @@ def build(rs: RunSet) -> tuple[list[Block], list[Table], list[figs.FigureFile]]:
 def write_report(results_dir: str | Path, out_dir: str | Path | None = None) -> ReportOutput:
     """Write the report of ``results_dir`` into ``out_dir`` (default: ``results_dir``).
 
-    Raises :class:`benchmark.errors.DecobenchError` when the folder has no runs or a cell of
+    Raises :class:`decobench.errors.DecobenchError` when the folder has no runs or a cell of
     its manifest has no finished run.
     """
     rs = load_runs(results_dir)

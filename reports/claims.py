@@ -1,7 +1,7 @@
 """The claims table: each claim of the DeCo paper (and this project's own check), what this
 suite measured for it, and a verdict (docs/reports.md "Claims").
 
-Every figure comes from run summaries (and, for the static grid, :mod:`reports.theory`);
+Every figure comes from run summaries (and, for the static grid, :mod:`decobench.reports.theory`);
 a claim whose runs are missing says ``not run`` and names the shipped suites that hold them.
 Which runs a claim reads is decided by their role (``Run.role``: the suite experiment's
 ``role``, else inferred): ``main`` and ``table1`` runs for the speed-up claims, ``table1``
@@ -12,7 +12,7 @@ the paper's claims: they have their own section.
 Rules (each claim's row repeats its own):
 
 - Speed-up of A over B in a (task, condition, workers) cell = median TTT(B) / median TTT(A)
-  (:func:`reports.speedup.speedup_of`, lower bounds where B missed the target); its range is
+  (:func:`decobench.reports.speedup.speedup_of`, lower bounds where B missed the target); its range is
   over seeds run by both, TTT_B(s) / TTT_A(s).
 - A condition is *extreme* when D-SGD's median compute share (1 − bubble fraction) there is
   below :data:`EXTREME_SHARE` (1%): such cells are listed but not used for "up to" claims.
@@ -31,11 +31,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reports.runs import Run, as_float
-from reports.speedup import Speedup, speedup_of
-from reports.stats import Obs, median
-from reports.tables import Table, cell_key, group
-from reports.theory import TheoryGroup
+from decobench.reports.runs import Run, as_float
+from decobench.reports.speedup import Speedup, speedup_of
+from decobench.reports.stats import Obs, median
+from decobench.reports.tables import Table, cell_key, group
+from decobench.reports.theory import TheoryGroup
 
 DECO = "deco-sgd"
 """The paper's DeCo-SGD: the label the paper's claims are judged on (variants have others)."""

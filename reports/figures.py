@@ -5,7 +5,7 @@ drawn under a fixed ``rc_context`` with ``svg.hashsalt`` set; PNGs are saved wit
 ``Software`` tag and SVGs without a date, so the same runs give byte-identical files.
 
 - time to accuracy: per (task, condition, workers), metric against ``metric_time_s`` of the
-  evaluation rows; per label the median across seeds (:func:`reports.stats.step_band`), a
+  evaluation rows; per label the median across seeds (:func:`decobench.reports.stats.step_band`), a
   min–max band, the target as a dashed line;
 - scaling: median time to target and speed-up over d-sgd against workers;
 - adaptivity: the trace's bandwidth with DeCo's δ (log) and τ (steps) on one time axis;
@@ -26,12 +26,12 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from netem.trace import TraceError, load_trace
-from reports.regime_map import BASELINES, PAPER_FIGURES, RegimeMap
-from reports.runs import TRACE_CSV, Run, as_float
-from reports.stats import step_band
-from reports.tables import D_SGD, Table, group
-from reports.theory import TheoryGroup
+from decobench.netem.trace import TraceError, load_trace
+from decobench.reports.regime_map import BASELINES, PAPER_FIGURES, RegimeMap
+from decobench.reports.runs import TRACE_CSV, Run, as_float
+from decobench.reports.stats import step_band
+from decobench.reports.tables import D_SGD, Table, group
+from decobench.reports.theory import TheoryGroup
 
 RC = {"svg.hashsalt": "decobench-report", "svg.fonttype": "path", "font.size": 8.0,
       "axes.titlesize": 9.0, "axes.grid": True, "grid.alpha": 0.3, "figure.dpi": 100,

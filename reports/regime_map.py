@@ -4,7 +4,7 @@ grid of the two regime ratios (docs/reports.md "Regime map").
 A run's network may be given by the ratios themselves (``--transmission-ratio ρ
 --latency-ratio λ``: ρ = S/(a·T), S = 32·d bits, λ = b/T). Runs so given, of the role
 ``regime-map``, are grouped per (task, workers) and cell (ρ, λ); each cell's speed-up is
-median TTT(baseline) / median TTT(deco-sgd) (:func:`reports.speedup.speedup_of`), a lower
+median TTT(baseline) / median TTT(deco-sgd) (:func:`decobench.reports.speedup.speedup_of`), a lower
 bound where the baseline missed the target. Since the paper's compute time T is unknown,
 the map shows where in (ρ, λ) the paper's headline figures (5.07x over D-SGD, 1.37x over
 the static strategy) are reached, whatever T was.
@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reports.claims import DECO, STATIC, compare
-from reports.runs import Run, as_float
-from reports.speedup import Speedup
-from reports.tables import D_SGD, Table, group
+from decobench.reports.claims import DECO, STATIC, compare
+from decobench.reports.runs import Run, as_float
+from decobench.reports.speedup import Speedup
+from decobench.reports.tables import D_SGD, Table, group
 
 BASELINES = (D_SGD, STATIC)
 PAPER_FIGURES = {D_SGD: 5.07, STATIC: 1.37}

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reports.figures import FigureFile
-from reports.tables import Table, group
+from decobench.reports.figures import FigureFile
+from decobench.reports.tables import Table, group
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 directory"; the sweep's ``manifest.json``).
 
 - With ``DIR/manifest.json`` every cell's ``run_dir`` must hold a ``summary.json``; otherwise
-  :class:`~benchmark.errors.DecobenchError` names the missing cells: the report fails loudly on
+  :class:`~decobench.errors.DecobenchError` names the missing cells: the report fails loudly on
   a missing run rather than report a partial sweep as if it were whole.
 - Without a manifest every ``summary.json`` below DIR is a run; folders whose name starts
   with ``.`` (a sweep's staging folders) are skipped.
@@ -22,10 +22,10 @@ from typing import Any
 
 import yaml
 
-from benchmark.errors import DecobenchError
-from benchmark.rundir import CONFIG, METRICS, SUMMARY
-from reports.speedup import ttt_obs
-from reports.stats import Obs
+from decobench.errors import DecobenchError
+from decobench.reports.speedup import ttt_obs
+from decobench.reports.stats import Obs
+from decobench.rundir import CONFIG, METRICS, SUMMARY
 
 MANIFEST = "manifest.json"
 TRACE_CSV = "trace.csv"
@@ -60,7 +60,7 @@ class Run:
 
     @property
     def role(self) -> str:
-        """What the run is evidence for (benchmark.suite.Role): its suite experiment's
+        """What the run is evidence for (decobench.suite.Role): its suite experiment's
         ``role`` from the manifest; otherwise ``regime-map`` for a network given by ratios
         and ``main`` for the rest."""
         if self.manifest_role:

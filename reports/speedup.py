@@ -4,7 +4,7 @@ Speed-up of A over B = TTT_B / TTT_A. When B did not reach the target within its
 the speed-up is a lower bound ``>= budget_B / TTT_A`` (budget_B = the simulated time B ran);
 when A did not reach it, there is no speed-up to give, and the table says so. Over seeds the
 same rule applies to the medians (:func:`speedup_of` with censored medians from
-:mod:`reports.stats`).
+:mod:`decobench.reports.stats`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from reports.stats import Obs, ratio
+from decobench.reports.stats import Obs, ratio
 
 REFERENCES = ("d-sgd", "cocktail-sgd-topk", "cocktail-sgd")
 """The labels every other is compared with: D-SGD, the paper's static strategy (its

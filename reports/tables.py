@@ -5,9 +5,9 @@ show) and machine-readable values under its ``extra`` keys (written to the CSV t
 to callers such as W&B logging). Rules implemented here (docs/reports.md):
 
 - one Table 1 row per (task, condition, workers, label); seeds that did not reach the target
-  are censored at their simulated time (:mod:`reports.stats`);
-- speed-up over B = median TTT(B) / median TTT(method) (:func:`reports.speedup.speedup_of`),
-  for B in :data:`reports.speedup.REFERENCES` present in the same (task, condition, workers);
+  are censored at their simulated time (:mod:`decobench.reports.stats`);
+- speed-up over B = median TTT(B) / median TTT(method) (:func:`decobench.reports.speedup.speedup_of`),
+  for B in :data:`decobench.reports.speedup.REFERENCES` present in the same (task, condition, workers);
 - scaling: speed-up over d-sgd against the number of workers, for each (task, condition,
   label) run with at least two worker counts;
 - every run is listed with its status; nothing is dropped.
@@ -19,9 +19,9 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from reports.runs import Run, as_float
-from reports.speedup import REFERENCES, speedup_of
-from reports.stats import Obs, median, olympic_mean, range_text, value_range
+from decobench.reports.runs import Run, as_float
+from decobench.reports.speedup import REFERENCES, speedup_of
+from decobench.reports.stats import Obs, median, olympic_mean, range_text, value_range
 
 K = TypeVar("K", bound=Hashable)
 

@@ -10,8 +10,8 @@ deterministic, so these are not timed asserts.
 
 import pytest
 
-from benchmark.cli import main
-from benchmark.rundir import read_metrics, read_summary
+from decobench.cli import main
+from decobench.rundir import read_metrics, read_summary
 
 METHODS = ("d-sgd", "accordion", "dga", "cocktail-sgd", "deco-sgd")
 

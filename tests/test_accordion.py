@@ -10,18 +10,18 @@ import torch.nn.functional as F
 from pydantic import ValidationError
 from torch import nn
 
-from baselines.accordion import (
+from decobench.baselines.accordion import (
     ACCORDION_SPEC,
     detection_interval,
     learning_rate_decayed,
     model_layers,
     norm_change_ratio,
 )
-from baselines.dsgd import DSGD_SPEC
-from benchmark.flat import FlatLayout
-from benchmark.gradients import WorkerGradients
-from benchmark.methods import MethodContext
-from benchmark.optimizer import OptimizerConfig
+from decobench.baselines.dsgd import DSGD_SPEC
+from decobench.flat import FlatLayout
+from decobench.gradients import WorkerGradients
+from decobench.methods import MethodContext
+from decobench.optimizer import OptimizerConfig
 
 QUADRATIC_SHAPES = (("w", (2, 2)), ("b", (2,)))
 

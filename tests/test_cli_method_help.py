@@ -2,8 +2,8 @@
 
 import pytest
 
-from benchmark.cli import build_parser, main
-from benchmark.methods import method_specs
+from decobench.cli import build_parser, main
+from decobench.methods import method_specs
 
 
 def _help(capsys, method):

@@ -9,17 +9,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from baselines.cocktail import COCKTAIL_SGD_SPEC, CocktailOptions
-from baselines.cocktail_compressor import (
+from decobench.baselines.cocktail import COCKTAIL_SGD_SPEC, CocktailOptions
+from decobench.baselines.cocktail_compressor import (
     CocktailCompressor,
     quantise,
     sample_positions,
     split_ratio,
     wire_bits,
 )
-from benchmark.methods import MethodContext, Observation, get_method_spec
-from benchmark.methods.options import DecoOptions, PlannerOptions
-from benchmark.optimizer import OptimizerConfig
+from decobench.methods import MethodContext, Observation, get_method_spec
+from decobench.methods.options import DecoOptions, PlannerOptions
+from decobench.optimizer import OptimizerConfig
 
 # ---- Quant_b ------------------------------------------------------------------------------
 

@@ -6,9 +6,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmark.compressors import DenseCompressor, TopKCompressor
-from benchmark.error_feedback import ErrorFeedback
-from benchmark.wire import topk_wire_bits
+from decobench.compressors import DenseCompressor, TopKCompressor
+from decobench.error_feedback import ErrorFeedback
+from decobench.wire import topk_wire_bits
 
 
 def test_topk_keeps_largest_magnitudes_per_worker():

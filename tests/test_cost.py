@@ -3,8 +3,8 @@
 
 import pytest
 
-from benchmark.config import RunConfig
-from benchmark.cost import STEP_TIMES, describe, run_cost, suite_cost
+from decobench.config import RunConfig
+from decobench.cost import STEP_TIMES, describe, run_cost, suite_cost
 
 
 def test_hand_checked_run_cost():

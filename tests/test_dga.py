@@ -9,12 +9,12 @@ import torch.nn.functional as F
 from pydantic import ValidationError
 from torch import nn
 
-from baselines.dga import DGA_SPEC, dga_delay
-from baselines.dsgd import DSGD_SPEC
-from benchmark.flat import FlatLayout
-from benchmark.gradients import WorkerGradients
-from benchmark.methods import MethodContext, Observation
-from benchmark.optimizer import OptimizerConfig
+from decobench.baselines.dga import DGA_SPEC, dga_delay
+from decobench.baselines.dsgd import DSGD_SPEC
+from decobench.flat import FlatLayout
+from decobench.gradients import WorkerGradients
+from decobench.methods import MethodContext, Observation
+from decobench.optimizer import OptimizerConfig
 
 # --- the choice of D ---------------------------------------------------------------------
 

@@ -14,8 +14,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmark.compressors import TopKCompressor, Update
-from benchmark.emulated.codec import (
+from decobench.compressors import TopKCompressor, Update
+from decobench.emulated.codec import (
     FORMAT_DENSE,
     FORMAT_MASK,
     FORMAT_PACKED,
@@ -36,8 +36,8 @@ from benchmark.emulated.codec import (
     unframe,
     unpack_bits,
 )
-from benchmark.errors import DecobenchError
-from benchmark.wire import index_bits, topk_wire_bits
+from decobench.errors import DecobenchError
+from decobench.wire import index_bits, topk_wire_bits
 
 
 def _f32(xs) -> torch.Tensor:

@@ -6,9 +6,9 @@ import math
 
 import torch
 
-from benchmark.compressors import TopKCompressor
-from benchmark.emulated import codec
-from benchmark.emulated.comm import (
+from decobench.compressors import TopKCompressor
+from decobench.emulated import codec
+from decobench.emulated.comm import (
     _dense_header_slots,
     _dense_headers,
     encode_message,
@@ -16,7 +16,7 @@ from benchmark.emulated.comm import (
     lost_ranks_in,
     mean_update,
 )
-from benchmark.emulated.worker import _consensus_observation, _Sent
+from decobench.emulated.worker import _consensus_observation, _Sent
 
 
 def test_dense_header_slots_come_back_exactly_after_a_sum():
@@ -55,7 +55,7 @@ def test_gathered_sparse_messages_average_like_the_simulated_backend():
 
 def test_dense_message_carries_the_vector_and_this_ranks_slot_only():
     g = torch.arange(6, dtype=torch.float32).reshape(1, 6)
-    from benchmark.compressors import DenseCompressor
+    from decobench.compressors import DenseCompressor
 
     out = encode_message(DenseCompressor().compress(g), {"iteration": 4.0}, rank=1, workers=2)
     assert out.dense and torch.equal(out.buffer[:6], g[0])

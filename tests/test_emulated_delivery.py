@@ -2,10 +2,10 @@
 
 import pytest
 
-from benchmark.emulated.delivery import DeliveryDelay
-from benchmark.errors import DecobenchError
-from benchmark.timemodel import ConstantLink
-from netem.trace import Trace
+from decobench.emulated.delivery import DeliveryDelay
+from decobench.errors import DecobenchError
+from decobench.netem.trace import Trace
+from decobench.timemodel import ConstantLink
 
 
 def test_comm_layer_adds_ring_latency_factor_times_b():

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.cli import main
-from benchmark.config import RunConfig
-from benchmark.errors import DecobenchError
-from benchmark.rundir import read_metrics, read_summary
+from decobench.cli import main
+from decobench.config import RunConfig
+from decobench.errors import DecobenchError
+from decobench.rundir import read_metrics, read_summary
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"),
@@ -70,7 +70,7 @@ def _rank_pid(out: Path, rank: int, deadline: float) -> int:
                 environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if (b"benchmark.emulated" in cmdline and str(out).encode() in cmdline
+            if (b"decobench.emulated" in cmdline and str(out).encode() in cmdline
                     and f"RANK={rank}".encode() in environ):
                 return int(pid)
         time.sleep(0.2)
@@ -82,7 +82,7 @@ def test_killed_worker_fails_the_run_naming_the_lost_rank(tmp_path, fmnist_root)
     before = _namespaces()
     out = tmp_path / "run"
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "benchmark.cli", *_args(fmnist_root, out, ["--method", "d-sgd"],
+        [sys.executable, "-m", "decobench.cli", *_args(fmnist_root, out, ["--method", "d-sgd"],
                                                          iters=500)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 180
@@ -104,8 +104,8 @@ def test_killed_worker_fails_the_run_naming_the_lost_rank(tmp_path, fmnist_root)
 
 
 def test_methods_without_an_emulated_implementation_fail_before_anything(tmp_path):
-    from benchmark.emulated.launcher import check_emulation
-    from benchmark.runner import prepare
+    from decobench.emulated.launcher import check_emulation
+    from decobench.runner import prepare
 
     run = prepare(RunConfig(task="cnn-fmnist", method="accordion", workers=2, backend="emulated",
                             trace="constant-20mbps-100ms", out=str(tmp_path / "x")))
@@ -115,8 +115,8 @@ def test_methods_without_an_emulated_implementation_fail_before_anything(tmp_pat
 
 
 def test_not_root_is_a_clear_error(tmp_path, monkeypatch):
-    from benchmark.emulated.launcher import check_emulation
-    from benchmark.runner import prepare
+    from decobench.emulated.launcher import check_emulation
+    from decobench.runner import prepare
 
     run = prepare(RunConfig(task="cnn-fmnist", method="d-sgd", workers=2, backend="emulated",
                             trace="constant-20mbps-100ms", out=str(tmp_path / "x")))
@@ -135,9 +135,9 @@ def test_emulated_runs_default_to_ring_topology():
 
 
 def test_the_trace_players_changes_are_written_to_the_run_directory(tmp_path):
-    from benchmark.emulated.launcher import _stop_player
-    from netem.player import PlayedChange
-    from netem.tc import LinkSetting
+    from decobench.emulated.launcher import _stop_player
+    from decobench.netem.player import PlayedChange
+    from decobench.netem.tc import LinkSetting
 
     class Player:
         records = [PlayedChange(planned_s=0.0, actual_s=0.002, apply_s=0.01,

@@ -1,4 +1,4 @@
-"""Real ranks on loopback (no root needed): ``python -m benchmark.emulated`` started twice
+"""Real ranks on loopback (no root needed): ``python -m decobench.emulated`` started twice
 with the torchrun environment trains the same model as the simulated backend.
 
 D-SGD (dense all-reduce) and DD-EF-SGD with a static (δ, τ) (sparse all-gather of exactly
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.rundir import read_metrics, read_summary
+from decobench.rundir import read_metrics, read_summary
 
 
 def _free_port() -> int:
@@ -32,7 +32,7 @@ def _ranks(args: list[str], out: Path, workers: int = 2, extra_env=None, timeout
                "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(workers),
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), **(extra_env or {})}
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "benchmark.emulated", *args, "--out", str(out),
+            [sys.executable, "-m", "decobench.emulated", *args, "--out", str(out),
              "--no-progress", "--no-wandb"], env=env, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True))
     outputs = [p.communicate(timeout=timeout)[0] for p in procs]
@@ -40,7 +40,7 @@ def _ranks(args: list[str], out: Path, workers: int = 2, extra_env=None, timeout
 
 
 def _simulated(args: list[str], out: Path) -> dict:
-    from benchmark.cli import main
+    from decobench.cli import main
 
     assert main(["run", *args, "--out", str(out), "--no-progress", "--no-wandb"]) == 0
     return read_summary(out)
@@ -79,7 +79,7 @@ def test_two_loopback_ranks_match_the_simulated_backend(tmp_path, fmnist_root, m
 def test_missing_torchrun_environment_is_a_clear_error(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if k not in {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}}
-    proc = subprocess.run([sys.executable, "-m", "benchmark.emulated", *COMMON, "--method",
+    proc = subprocess.run([sys.executable, "-m", "decobench.emulated", *COMMON, "--method",
                            "d-sgd", "--out", str(tmp_path / "x")], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2

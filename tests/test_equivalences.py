@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmark.flat import FlatLayout
-from benchmark.gradients import WorkerGradients
-from benchmark.methods import MethodContext, get_method_spec
-from benchmark.optimizer import OptimizerConfig
+from decobench.flat import FlatLayout
+from decobench.gradients import WorkerGradients
+from decobench.methods import MethodContext, get_method_spec
+from decobench.optimizer import OptimizerConfig
 
 WORKERS, ITERATIONS = 3, 20
 

@@ -6,12 +6,12 @@ import math
 
 import pytest
 
-from benchmark.errors import DecobenchError
-from benchmark.estimators import Ewma, LinkEstimator, NetworkEstimate
-from benchmark.planner import plan
-from benchmark.timemodel import ConstantLink, EventClock
-from benchmark.topology import topology_factors
-from benchmark.wire import wire_bits
+from decobench.errors import DecobenchError
+from decobench.estimators import Ewma, LinkEstimator, NetworkEstimate
+from decobench.planner import plan
+from decobench.timemodel import ConstantLink, EventClock
+from decobench.topology import topology_factors
+from decobench.wire import wire_bits
 
 
 def test_ewma() -> None:

@@ -1,4 +1,4 @@
-"""When a run evaluates and how finely its time to target is bracketed (benchmark.evaluation),
+"""When a run evaluates and how finely its time to target is bracketed (decobench.evaluation),
 and that fine evaluation near the target changes nothing but the evaluations."""
 
 import json
@@ -6,8 +6,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmark.cli import main
-from benchmark.evaluation import (
+from decobench.cli import main
+from decobench.evaluation import (
     EvaluationSchedule,
     TargetBook,
     milestone_records,
@@ -15,7 +15,7 @@ from benchmark.evaluation import (
     refine_windows,
     target_met,
 )
-from benchmark.rundir import read_metrics, read_summary
+from decobench.rundir import read_metrics, read_summary
 
 
 def test_target_and_margin_for_accuracy_and_perplexity():

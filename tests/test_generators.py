@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from netem.generators import constant, on_off, random_walk, steps
-from netem.trace import TraceError, parse_trace_csv
+from decobench.netem.generators import constant, on_off, random_walk, steps
+from decobench.netem.trace import TraceError, parse_trace_csv
 
 
 def rows(trace):  # type: ignore[no-untyped-def]

@@ -6,8 +6,8 @@ import pathlib
 
 import pytest
 
-from netem.mahimahi import PACKET_BITS, from_mahimahi
-from netem.trace import TraceError
+from decobench.netem.mahimahi import PACKET_BITS, from_mahimahi
+from decobench.netem.trace import TraceError
 
 
 def write(tmp_path: pathlib.Path, stamps: list[object], name: str = "mm.trace") -> pathlib.Path:

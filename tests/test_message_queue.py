@@ -4,8 +4,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmark.compressors import Update
-from benchmark.message_queue import DelayQueue
+from decobench.compressors import Update
+from decobench.message_queue import DelayQueue
 
 
 def _unit(i: int, d: int = 64) -> Update:

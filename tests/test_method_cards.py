@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmark.methods import method_specs
+from decobench.methods import method_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 CARDS = ROOT / "docs" / "methods"

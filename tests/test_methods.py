@@ -4,13 +4,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmark.estimators import LinkEstimator
-from benchmark.flat import FlatLayout
-from benchmark.gradients import WorkerGradients
-from benchmark.methods import MethodContext, Observation, get_method_spec
-from benchmark.methods.controllers import DecoController
-from benchmark.optimizer import OptimizerConfig
-from benchmark.phi import phi_paper
+from decobench.estimators import LinkEstimator
+from decobench.flat import FlatLayout
+from decobench.gradients import WorkerGradients
+from decobench.methods import MethodContext, Observation, get_method_spec
+from decobench.methods.controllers import DecoController
+from decobench.optimizer import OptimizerConfig
+from decobench.phi import phi_paper
 
 
 def _tiny(seed=0):

@@ -1,11 +1,11 @@
-"""netem.tc: the tc command lines for one link (pure; no root needed)."""
+"""decobench.netem.tc: the tc command lines for one link (pure; no root needed)."""
 
 import math
 
 import pytest
 
-from benchmark.errors import DecobenchError
-from netem.tc import (
+from decobench.errors import DecobenchError
+from decobench.netem.tc import (
     FRAME_BYTES,
     QUEUE_FLOOR_BYTES,
     TCP_FRAMING_FACTOR,

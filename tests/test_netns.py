@@ -1,4 +1,4 @@
-"""netem.netns: namespace topology, teardown, cleanup, latency-mechanism resolution."""
+"""decobench.netem.netns: namespace topology, teardown, cleanup, latency-mechanism resolution."""
 
 import subprocess
 import sys
@@ -6,9 +6,9 @@ import textwrap
 
 import pytest
 
-from benchmark.errors import DecobenchError
-from netem import netns
-from netem.netns import (
+from decobench.errors import DecobenchError
+from decobench.netem import netns
+from decobench.netem.netns import (
     CommandError,
     NamespaceNetwork,
     NetworkPlan,
@@ -20,7 +20,7 @@ from netem.netns import (
     require_root,
     resolve_latency_mechanism,
 )
-from netem.tc import LinkSetting
+from decobench.netem.tc import LinkSetting
 
 S = LinkSetting(rate_bps=20e6, latency_s=0.05)
 
@@ -253,8 +253,8 @@ def test_cleanup_stale_removes_a_killed_runs_namespaces_only(root):
     # a run that dies without tearing down (like SIGKILL)
     script = textwrap.dedent(f"""
         import os
-        from netem.netns import NamespaceNetwork, NetworkPlan
-        from netem.tc import LinkSetting
+        from decobench.netem.netns import NamespaceNetwork, NetworkPlan
+        from decobench.netem.tc import LinkSetting
         NamespaceNetwork(NetworkPlan.new(1, prefix={plan.prefix!r}),
                          LinkSetting(1e6, 0), "comm-layer").create()
         os._exit(0)
@@ -278,7 +278,7 @@ def test_cleanup_stale_removes_a_killed_runs_namespaces_only(root):
 
 def test_cleanup_cli(root):
     proc = subprocess.run(
-        [sys.executable, "-m", "netem.netns", "--cleanup", "--pattern", "dcbzzzzz-*"],
+        [sys.executable, "-m", "decobench.netem.netns", "--cleanup", "--pattern", "dcbzzzzz-*"],
         capture_output=True,
         text=True,
     )

@@ -38,7 +38,7 @@ def _rows(out: Path) -> list[dict]:
 
 
 def _train(method: str, out: Path, data_root: Path) -> list[dict]:
-    from benchmark.cli import main
+    from decobench.cli import main
 
     code = main(["run", *ARGS, "--method", method, *EXTRA.get(method, []),
                  "--data-root", str(data_root), "--out", str(out)])

@@ -1,4 +1,4 @@
-"""netem.player: schedules, the trace player thread, the shapers and the CLI."""
+"""decobench.netem.player: schedules, the trace player thread, the shapers and the CLI."""
 
 import io
 import os
@@ -11,9 +11,9 @@ import urllib.error
 
 import pytest
 
-from benchmark.errors import DecobenchError
-from netem.netns import CommandError, NamespaceNetwork, NetworkPlan
-from netem.player import (
+from decobench.errors import DecobenchError
+from decobench.netem.netns import CommandError, NamespaceNetwork, NetworkPlan
+from decobench.netem.player import (
     DockerTcShaper,
     NetnsShaper,
     TcShaper,
@@ -22,8 +22,8 @@ from netem.player import (
     read_start_file,
     schedule,
 )
-from netem.tc import LinkSetting
-from netem.trace import Trace
+from decobench.netem.tc import LinkSetting
+from decobench.netem.trace import Trace
 
 A = LinkSetting(10e6, 0.1)
 B = LinkSetting(20e6, 0.1)
@@ -323,7 +323,7 @@ def test_tc_shaper_setup_then_change_only():
 # ----------------------------------------------------------------------------------- CLI
 def test_cli_help():
     proc = subprocess.run(
-        [sys.executable, "-m", "netem.player", "--help"], capture_output=True, text=True
+        [sys.executable, "-m", "decobench.netem.player", "--help"], capture_output=True, text=True
     )
     assert proc.returncode == 0
     for option in ("--trace", "--via", "--container", "--start-file", "--duration"):
@@ -332,12 +332,12 @@ def test_cli_help():
 
 def test_cli_bad_trace_is_one_line_error():
     proc = subprocess.run(
-        [sys.executable, "-m", "netem.player", "--trace", "no-such-trace", "--via", "tc"],
+        [sys.executable, "-m", "decobench.netem.player", "--trace", "no-such-trace", "--via", "tc"],
         capture_output=True,
         text=True,
     )
     assert proc.returncode == 2
-    assert proc.stderr.startswith("netem.player: error: no-such-trace: no such trace")
+    assert proc.stderr.startswith("decobench.netem.player: error: no-such-trace: no such trace")
 
 
 def test_cli_via_tc_in_a_namespace():
@@ -349,7 +349,7 @@ def test_cli_via_tc_in_a_namespace():
             [
                 sys.executable,
                 "-m",
-                "netem.player",
+                "decobench.netem.player",
                 "--trace",
                 "constant-20mbps-100ms",
                 "--via",

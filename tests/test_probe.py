@@ -1,12 +1,12 @@
-"""netem.probe: the pre-training link probe (real namespaces when root) and its report."""
+"""decobench.netem.probe: the pre-training link probe (real namespaces when root) and its report."""
 
 import json
 
 import pytest
 
-from benchmark.errors import DecobenchError
-from netem.netns import NamespaceNetwork, NetworkPlan, resolve_latency_mechanism
-from netem.probe import (
+from decobench.errors import DecobenchError
+from decobench.netem.netns import NamespaceNetwork, NetworkPlan, resolve_latency_mechanism
+from decobench.netem.probe import (
     LATENCY_SLACK_S,
     ProbeReport,
     evaluate_link,
@@ -15,7 +15,7 @@ from netem.probe import (
     warmup_seconds,
     write_probe,
 )
-from netem.tc import LinkSetting
+from decobench.netem.tc import LinkSetting
 
 REQUEST = LinkSetting(rate_bps=20e6, latency_s=0.05)
 

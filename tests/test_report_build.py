@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmark.errors import DecobenchError
-from reports.build import write_report
-from reports.runs import load_runs
-from reports.theory import analyse
+from decobench.errors import DecobenchError
+from decobench.reports.build import write_report
+from decobench.reports.runs import load_runs
+from decobench.reports.theory import analyse
 
 EVAL_EVERY = 10
 
@@ -246,7 +246,7 @@ def test_header_lists_disagreeing_versions(tmp_path):
 
 
 def test_latex_escapes():
-    from reports.render import latex_escape
+    from decobench.reports.render import latex_escape
 
     assert latex_escape("a_b & 50% >= 2 [x]") == (
         r"a\_b \& 50\% $\geq$ 2 {[}x{]}")

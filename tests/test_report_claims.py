@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmark.suite import load_suite
-from reports.build import write_report
-from reports.claims import (
+from decobench.reports.build import write_report
+from decobench.reports.claims import (
     NOT_REPRODUCED,
     NOT_RUN,
     PARTLY,
@@ -23,9 +22,10 @@ from reports.claims import (
     claim_rows,
     extreme_cells,
 )
-from reports.regime_map import regime_maps
-from reports.runs import load_runs
-from reports.theory import analyse
+from decobench.reports.regime_map import regime_maps
+from decobench.reports.runs import load_runs
+from decobench.reports.theory import analyse
+from decobench.suite import load_suite
 
 
 def run_dir(root: Path, *, task="cnn-fmnist", method="d-sgd", label=None, condition="wan",

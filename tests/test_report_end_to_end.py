@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.cli import main
-from reports.build import write_report
+from decobench.cli import main
+from decobench.reports.build import write_report
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """Speed-ups of one run over another: values, lower bounds and misses (reports/speedup.py)."""
 
-from reports.speedup import speedup, speedup_of
-from reports.stats import Obs
+from decobench.reports.speedup import speedup, speedup_of
+from decobench.reports.stats import Obs
 
 
 def _summary(method, ttt=None, sim=100.0, **extra):

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from reports.stats import (
+from decobench.reports.stats import (
     Obs,
     average_ranks,
     median,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.suite import expand_cells, load_suite, write_constant_traces
-from reports.claims import VERDICTS, claim_rows
+from decobench.reports.claims import VERDICTS, claim_rows
+from decobench.suite import expand_cells, load_suite, write_constant_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "results" / "cpu-paper.md"

@@ -13,15 +13,15 @@ import yaml
 from PIL import Image
 from torchvision.datasets import FashionMNIST
 
-import benchmark.tasks
-from benchmark.cli import main
-from benchmark.errors import DecobenchError
-from benchmark.rundir import read_summary
-from benchmark.tasks.base import STANDIN_MARKER, standin_label
-from benchmark.tasks.cnn_cifar10 import CnnCifar10, LocalCIFAR10
-from benchmark.tasks.standins import CLASS_NAMES, build_standins, png_bytes, rgb32
-from benchmark.tasks.standins import main as standins_main
-from benchmark.tasks.vit_imagenet import VitImageNet
+import decobench.tasks
+from decobench.cli import main
+from decobench.errors import DecobenchError
+from decobench.rundir import read_summary
+from decobench.tasks.base import STANDIN_MARKER, standin_label
+from decobench.tasks.cnn_cifar10 import CnnCifar10, LocalCIFAR10
+from decobench.tasks.standins import CLASS_NAMES, build_standins, png_bytes, rgb32
+from decobench.tasks.standins import main as standins_main
+from decobench.tasks.vit_imagenet import VitImageNet
 
 LIMIT = 40      # the first 40 images of each split hold all 10 classes in both splits
 
@@ -149,7 +149,7 @@ def test_cli_builds_and_reports_bad_input_in_one_line(fmnist_root, tmp_path, cap
 
 
 def test_a_run_on_the_standin_is_labelled_in_config_yaml(built, tmp_path, monkeypatch):
-    monkeypatch.setitem(benchmark.tasks.TASKS, "cnn-cifar10", CnnCifar10)
+    monkeypatch.setitem(decobench.tasks.TASKS.registered, "cnn-cifar10", CnnCifar10)
     out = tmp_path / "run"
     assert main(["run", "--task", "cnn-cifar10", "--profile", "cpu", "--method", "d-sgd",
                  "--workers", "2", "--batch-size", "4", "--max-iters", "2", "--eval-every", "2",

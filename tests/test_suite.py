@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmark.errors import DecobenchError
-from benchmark.suite import (
+from decobench.errors import DecobenchError
+from decobench.suite import (
     expand_cells,
     identity,
     load_suite,
@@ -101,7 +101,7 @@ def test_identity_ignores_paths_but_not_content(tmp_path):
     assert identity(a) != identity(a.model_copy(update={"seed": 5}))
     assert identity(a) != identity(a.model_copy(update={"max_iters": 101}))
     copy = tmp_path / "copy.csv"                       # same trace content, other path
-    copy.write_bytes(Path(__import__("netem.trace", fromlist=["x"]).resolve_trace_path(
+    copy.write_bytes(Path(__import__("decobench.netem.trace", fromlist=["x"]).resolve_trace_path(
         "wan-200ms-lowbw-varying")).read_bytes())
     assert identity(a) == identity(a.model_copy(update={"trace": str(copy)}))
 
@@ -133,8 +133,8 @@ def test_shipped_suite_axes():
 
 
 def test_emulation_only_settings_do_not_change_a_simulated_runs_identity():
-    from benchmark.config import RunConfig
-    from benchmark.suite import identity
+    from decobench.config import RunConfig
+    from decobench.suite import identity
 
     base = dict(task="cnn-fmnist", method="d-sgd", trace="constant-20mbps-100ms")
     plain = identity(RunConfig(**base))

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmark.cli import main
-from benchmark.errors import DecobenchError
-from benchmark.rundir import read_summary
-from benchmark.suite import load_suite, parse_suite
-from benchmark.sweep import MANIFEST, plan_sweep, sweep
-from reports.build import write_report
+from decobench.cli import main
+from decobench.errors import DecobenchError
+from decobench.reports.build import write_report
+from decobench.rundir import read_summary
+from decobench.suite import load_suite, parse_suite
+from decobench.sweep import MANIFEST, plan_sweep, sweep
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -99,7 +99,7 @@ def test_killed_twice_resumes_to_the_uninterrupted_result(tmp_path, fmnist_root,
     assert [c["run_dir"] for c in manifest["cells"]] == sorted(
         f"runs/{p.name}" for p in (whole / "runs").iterdir())
 
-    command = [sys.executable, "-m", "benchmark.cli", *_cli(suite_path, killed, fmnist_root)]
+    command = [sys.executable, "-m", "decobench.cli", *_cli(suite_path, killed, fmnist_root)]
     runs = killed / "runs"
 
     def staging() -> list[Path]:

@@ -9,13 +9,13 @@ import pytest
 import torch
 import yaml
 
-import benchmark.tasks
-from benchmark.cli import main
-from benchmark.errors import DecobenchError
-from benchmark.methods import method_specs
-from benchmark.rundir import read_metrics, read_summary
-from benchmark.tasks.base import parameter_count
-from benchmark.tasks.cnn_cifar10 import CIFAR10_MEAN, CIFAR10_STD, CnnCifar10, write_cifar_format
+import decobench.tasks
+from decobench.cli import main
+from decobench.errors import DecobenchError
+from decobench.methods import method_specs
+from decobench.rundir import read_metrics, read_summary
+from decobench.tasks.base import parameter_count
+from decobench.tasks.cnn_cifar10 import CIFAR10_MEAN, CIFAR10_STD, CnnCifar10, write_cifar_format
 
 N_TRAIN, N_TEST = 40, 20
 
@@ -103,7 +103,7 @@ def test_missing_file_is_named(cifar_root, name):
 
 
 def test_data_root_without_cifar_is_one_line_before_training(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(benchmark.tasks.TASKS, "cnn-cifar10", CnnCifar10)
+    monkeypatch.setitem(decobench.tasks.TASKS.registered, "cnn-cifar10", CnnCifar10)
     out = tmp_path / "run"
     assert main(["run", "--task", "cnn-cifar10", "--method", "d-sgd", "--trace",
                  "constant-20mbps-100ms", "--data-root", str(tmp_path), "--out", str(out),
@@ -162,7 +162,7 @@ def _run(out: Path, root: Path, *extra: str) -> Path:
 
 @pytest.mark.parametrize("method", sorted(method_specs()))
 def test_every_method_runs_end_to_end(tmp_path, cifar_root, monkeypatch, method):
-    monkeypatch.setitem(benchmark.tasks.TASKS, "cnn-cifar10", CnnCifar10)
+    monkeypatch.setitem(decobench.tasks.TASKS.registered, "cnn-cifar10", CnnCifar10)
     extra = ["--deco-interval", "3"] if method == "deco-sgd" else []
     out = _run(tmp_path / method, cifar_root, "--method", method, *extra)
     summary = read_summary(out)
@@ -175,7 +175,7 @@ def test_every_method_runs_end_to_end(tmp_path, cifar_root, monkeypatch, method)
 
 
 def test_cpu_profile_and_same_seed_same_run(tmp_path, cifar_root, monkeypatch):
-    monkeypatch.setitem(benchmark.tasks.TASKS, "cnn-cifar10", CnnCifar10)
+    monkeypatch.setitem(decobench.tasks.TASKS.registered, "cnn-cifar10", CnnCifar10)
     out = _run(tmp_path / "a", cifar_root, "--method", "d-sgd", "--profile", "cpu")
     config = yaml.safe_load((out / "config.yaml").read_text())
     assert config["compute_time_s"] == CnnCifar10.profiles["cpu"].compute_time_s

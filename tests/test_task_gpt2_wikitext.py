@@ -11,16 +11,16 @@ import pytest
 import torch
 import yaml
 
-import benchmark.tasks
-from benchmark.cli import main
-from benchmark.errors import DecobenchError
-from benchmark.flat import FlatLayout
-from benchmark.gradients import WorkerGradients
-from benchmark.methods import method_specs
-from benchmark.rundir import read_metrics, read_summary
-from benchmark.tasks import gpt2_wikitext
-from benchmark.tasks.base import build_seeded_model, parameter_count
-from benchmark.tasks.gpt2_wikitext import (
+import decobench.tasks
+from decobench.cli import main
+from decobench.errors import DecobenchError
+from decobench.flat import FlatLayout
+from decobench.gradients import WorkerGradients
+from decobench.methods import method_specs
+from decobench.rundir import read_metrics, read_summary
+from decobench.tasks import gpt2_wikitext
+from decobench.tasks.base import build_seeded_model, parameter_count
+from decobench.tasks.gpt2_wikitext import (
     MODELS,
     Gpt2Shape,
     Gpt2WikiText,
@@ -30,7 +30,7 @@ from benchmark.tasks.gpt2_wikitext import (
     num_blocks,
     perplexity,
 )
-from benchmark.tasks.tokenizer import (
+from decobench.tasks.tokenizer import (
     GPT2_VOCAB_SIZE,
     TextTokenizer,
     choose_tokenizer,
@@ -338,7 +338,7 @@ def test_vmap_gradients_match_autograd_with_tied_embeddings():
 
 @pytest.fixture
 def registered(monkeypatch):
-    monkeypatch.setitem(benchmark.tasks.TASKS, Gpt2WikiText.name, Gpt2WikiText)
+    monkeypatch.setitem(decobench.tasks.TASKS.registered, Gpt2WikiText.name, Gpt2WikiText)
 
 
 def run_tiny(tmp_path: Path, name: str, *extra: str) -> Path:
@@ -478,7 +478,7 @@ def test_pretrained_needs_gpt2s_tokenizer(fake_pretrained, tmp_path, monkeypatch
 def test_gpt2_tokenizer_that_cannot_be_fetched_is_one_line(monkeypatch):
     from transformers import GPT2TokenizerFast
 
-    from benchmark.tasks.tokenizer import fetch_gpt2_bpe
+    from decobench.tasks.tokenizer import fetch_gpt2_bpe
 
     calls = []
 

@@ -7,13 +7,13 @@ test_task_vit_imagenet.py and test_task_gpt2_wikitext.py."""
 import pytest
 import torch
 
-import benchmark.tasks
-from benchmark.cli import main
-from benchmark.config import RunConfig, build_run_config
-from benchmark.errors import DecobenchError
-from benchmark.suite import ADDED_LATER, identity
-from benchmark.tasks import TASKS, get_task
-from benchmark.tasks.base import build_seeded_model
+import decobench.tasks
+from decobench.cli import main
+from decobench.config import RunConfig, build_run_config
+from decobench.errors import DecobenchError
+from decobench.suite import ADDED_LATER, identity
+from decobench.tasks import TASKS, get_task
+from decobench.tasks.base import build_seeded_model
 
 SCRATCH_ABS_SUMS = {
     "cnn-fmnist": (454_922, 4630.947509754777),
@@ -27,7 +27,7 @@ existed (torch 2.14, 2026-11-23)."""
 
 def test_scratch_is_the_default():
     assert RunConfig(task="cnn-fmnist", method="d-sgd", trace="x").init == "scratch"
-    assert all(get_task(name).init == "scratch" for name in TASKS)
+    assert all(get_task(name).init == "scratch" for name in TASKS.names())
     assert "init" in ADDED_LATER
 
 
@@ -71,7 +71,7 @@ def test_cpu_profiles_have_no_pretrained_weights(name):
 
 
 def test_cnn_pretrained_is_one_line_before_training(fmnist_root, tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(benchmark.tasks.TASKS, "cnn-fmnist", TASKS["cnn-fmnist"])
+    monkeypatch.setitem(decobench.tasks.TASKS.registered, "cnn-fmnist", TASKS.get("cnn-fmnist"))
     assert main(["run", "--task", "cnn-fmnist", "--init", "pretrained", "--method", "d-sgd",
                  "--trace", "constant-20mbps-100ms", "--data-root", str(fmnist_root),
                  "--out", str(tmp_path / "x"), "--no-progress"]) == 2

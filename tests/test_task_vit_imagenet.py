@@ -13,16 +13,16 @@ from PIL import Image
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from torchvision.transforms import functional as TF
 
-import benchmark.tasks
-from benchmark.cli import main
-from benchmark.errors import DecobenchError
-from benchmark.flat import FlatLayout
-from benchmark.gradients import WorkerGradients
-from benchmark.methods import method_specs
-from benchmark.rundir import read_metrics, read_summary
-from benchmark.tasks.base import build_seeded_model, parameter_count
-from benchmark.tasks.standins import build_standins
-from benchmark.tasks.vit_imagenet import (
+import decobench.tasks
+from decobench.cli import main
+from decobench.errors import DecobenchError
+from decobench.flat import FlatLayout
+from decobench.gradients import WorkerGradients
+from decobench.methods import method_specs
+from decobench.rundir import read_metrics, read_summary
+from decobench.tasks.base import build_seeded_model, parameter_count
+from decobench.tasks.standins import build_standins
+from decobench.tasks.vit_imagenet import (
     ImageFolderData,
     VitImageNet,
     open_rgb,
@@ -199,7 +199,7 @@ def _run(tree: Path, out: Path, *extra: str) -> Path:
 
 @pytest.mark.parametrize("method", sorted(method_specs()))
 def test_end_to_end_run_with_every_method(tree, tmp_path, monkeypatch, method):
-    monkeypatch.setitem(benchmark.tasks.TASKS, "vit-imagenet", VitImageNet)
+    monkeypatch.setitem(decobench.tasks.TASKS.registered, "vit-imagenet", VitImageNet)
     extra = ["--deco-interval", "3"] if method == "deco-sgd" else []
     out = _run(tree, tmp_path / method, "--method", method, *extra)
     summary = read_summary(out)
@@ -212,7 +212,7 @@ def test_end_to_end_run_with_every_method(tree, tmp_path, monkeypatch, method):
 
 
 def test_same_seed_same_metrics(tree, tmp_path, monkeypatch):
-    monkeypatch.setitem(benchmark.tasks.TASKS, "vit-imagenet", VitImageNet)
+    monkeypatch.setitem(decobench.tasks.TASKS.registered, "vit-imagenet", VitImageNet)
     runs = [read_metrics(_run(tree, tmp_path / name, "--method", "d-sgd", *seed))
             for name, seed in (("a", []), ("b", []), ("c", ["--seed", "1"]))]
     losses = [[r["loss"] for r in rows] for rows in runs]
@@ -220,7 +220,7 @@ def test_same_seed_same_metrics(tree, tmp_path, monkeypatch):
 
 
 def test_cli_rejects_missing_data_root_before_training(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(benchmark.tasks.TASKS, "vit-imagenet", VitImageNet)
+    monkeypatch.setitem(decobench.tasks.TASKS.registered, "vit-imagenet", VitImageNet)
     assert main(["run", "--task", "vit-imagenet", "--method", "d-sgd", "--no-progress",
                  "--trace", "constant-20mbps-100ms", "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -264,7 +264,7 @@ def _fake_timm(monkeypatch, fail: Exception | None = None) -> list:
 
 
 def test_pretrained_loads_timm_in21k_weights_with_the_tasks_head(tree, task, monkeypatch):
-    from benchmark.tasks.vit_imagenet import NO_DROPOUT
+    from decobench.tasks.vit_imagenet import NO_DROPOUT
 
     calls = _fake_timm(monkeypatch)
     paper = task.profiles["paper"]
@@ -288,7 +288,7 @@ def test_pretrained_loads_timm_in21k_weights_with_the_tasks_head(tree, task, mon
 
 
 def test_pretrained_run_end_to_end_records_init(tree, tmp_path, monkeypatch):
-    monkeypatch.setitem(benchmark.tasks.TASKS, "vit-imagenet", VitImageNet)
+    monkeypatch.setitem(decobench.tasks.TASKS.registered, "vit-imagenet", VitImageNet)
     calls = _fake_timm(monkeypatch)
     out = tmp_path / "pretrained"
     assert main(["run", "--task", "vit-imagenet", "--profile", "paper", "--init", "pretrained",
@@ -301,7 +301,7 @@ def test_pretrained_run_end_to_end_records_init(tree, tmp_path, monkeypatch):
 
 
 def test_pretrained_download_failure_is_one_line(tree, tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(benchmark.tasks.TASKS, "vit-imagenet", VitImageNet)
+    monkeypatch.setitem(decobench.tasks.TASKS.registered, "vit-imagenet", VitImageNet)
     _fake_timm(monkeypatch, OSError("We couldn't connect to 'https://huggingface.co'\nmore"))
     assert main(["run", "--task", "vit-imagenet", "--profile", "paper", "--init", "pretrained",
                  "--method", "d-sgd", "--workers", "2", "--batch-size", "1", "--max-iters", "2",
@@ -314,7 +314,7 @@ def test_pretrained_download_failure_is_one_line(tree, tmp_path, monkeypatch, ca
 
 def test_pretrained_with_the_cpu_profile_is_rejected_before_training(tree, tmp_path,
                                                                      monkeypatch, capsys):
-    monkeypatch.setitem(benchmark.tasks.TASKS, "vit-imagenet", VitImageNet)
+    monkeypatch.setitem(decobench.tasks.TASKS.registered, "vit-imagenet", VitImageNet)
     calls = _fake_timm(monkeypatch)
     assert main(["run", "--task", "vit-imagenet", "--profile", "cpu", "--init", "pretrained",
                  "--method", "d-sgd", "--no-progress", "--trace", "constant-20mbps-100ms",

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmark.errors import DecobenchError
-from benchmark.timemodel import (
+from decobench.errors import DecobenchError
+from decobench.timemodel import (
     ConstantLink,
     EventClock,
     IterationTiming,
@@ -22,8 +22,8 @@ from benchmark.timemodel import (
     simulate_constant,
     t_avg,
 )
-from benchmark.topology import TOPOLOGIES, topology_factors
-from benchmark.wire import wire_bits
+from decobench.topology import TOPOLOGIES, topology_factors
+from decobench.wire import wire_bits
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmark.errors import DecobenchError
-from netem.make_bundled import BUNDLED, write_bundled
-from netem.plot import plot_trace
-from netem.trace import (
+from decobench.errors import DecobenchError
+from decobench.netem.make_bundled import BUNDLED, write_bundled
+from decobench.netem.plot import plot_trace
+from decobench.netem.trace import (
     Trace,
     TraceError,
     as_trace,

@@ -7,8 +7,8 @@ import pathlib
 
 import pytest
 
-from netem.cli import add_trace_parser
-from netem.trace import TraceError, list_bundled_traces, load_trace
+from decobench.netem.cli import add_trace_parser
+from decobench.netem.trace import TraceError, list_bundled_traces, load_trace
 
 
 def run(argv: list[str]) -> int:

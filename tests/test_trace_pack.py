@@ -9,9 +9,9 @@ import pathlib
 
 import pytest
 
-from netem.generators import random_walk, stationary_log_variance
-from netem.make_bundled import BUNDLED, GENERATED_BY, ORIGINAL, bundled_comment
-from netem.pack import (
+from decobench.netem.generators import random_walk, stationary_log_variance
+from decobench.netem.make_bundled import BUNDLED, GENERATED_BY, ORIGINAL, bundled_comment
+from decobench.netem.pack import (
     DECO52,
     DSGD_FLOOR,
     MEASURED,
@@ -28,7 +28,7 @@ from netem.pack import (
     min_bandwidth_mbps,
     profile_fraction,
 )
-from netem.trace import (
+from decobench.netem.trace import (
     TraceError,
     bundled_trace_dir,
     list_bundled_traces,
@@ -252,7 +252,7 @@ def test_extremes_are_the_measured_links_below_the_floor_and_are_flagged_in_the_
 
 # ------------------------------------------------------------------------------ the arithmetic
 def test_paper_profiles_match_the_tasks() -> None:
-    from benchmark.tasks import get_task, parameter_count
+    from decobench.tasks import get_task, parameter_count
 
     for name, profile in PAPER_PROFILES.items():
         task = get_task(name)
@@ -262,8 +262,8 @@ def test_paper_profiles_match_the_tasks() -> None:
 
 
 def test_dsgd_fraction_is_the_time_models_closed_form() -> None:
-    from benchmark.timemodel import t_avg
-    from benchmark.wire import dense_wire_bits
+    from decobench.timemodel import t_avg
+    from decobench.wire import dense_wire_bits
 
     for profile in PAPER_PROFILES.values():
         for a, b in ((20e6, 0.2), (500e6, 0.21), (1.12e9, 0.0055)):

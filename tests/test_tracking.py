@@ -1,4 +1,4 @@
-"""W&B tracking (benchmark.tracking): mode resolution, naming, offline runs read back from
+"""W&B tracking (decobench.tracking): mode resolution, naming, offline runs read back from
 their ``.wandb`` file (tests/wandb_records.py), failures, ``--no-wandb``, the report run,
 and one run through the real runner."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.errors import DecobenchError
-from benchmark.tracking import (
+from decobench.errors import DecobenchError
+from decobench.tracking import (
     NullTracker,
     WandbTracker,
     log_report,
@@ -229,8 +229,8 @@ def test_report_run(offline, tmp_path):
 
 
 def test_runner_end_to_end(offline, tmp_path, fmnist_root):
-    from benchmark.config import RunConfig
-    from benchmark.runner import execute, prepare
+    from decobench.config import RunConfig
+    from decobench.runner import execute, prepare
 
     run = prepare(RunConfig(task="cnn-fmnist", method="deco-sgd", workers=2,
                             trace="constant-20mbps-100ms", max_iters=20, eval_every=10,

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmark.errors import DecobenchError
-from benchmark.topology import TOPOLOGIES, TopologyFactors, topology_factors
-from benchmark.wire import (
+from decobench.errors import DecobenchError
+from decobench.topology import TOPOLOGIES, TopologyFactors, topology_factors
+from decobench.wire import (
     dense_wire_bits,
     index_bits,
     max_topk_count_within,

@@ -1,7 +1,7 @@
-"""``python -m benchmark.emulated``: one rank of an emulated run (torchrun-compatible)."""
+"""``python -m decobench.emulated``: one rank of an emulated run (torchrun-compatible)."""
 
 import sys
 
-from benchmark.emulated.entry import main
+from decobench.emulated.entry import main
 
 sys.exit(main())

@@ -2,7 +2,7 @@
 
 The emulated network carries exactly the bits the simulated time model charges: the payload
 of a Top-k message with ``k`` of ``d`` coordinates kept is ``payload_bytes(k, d) =
-ceil(W(k) / 8)`` bytes, where (docs/methods/deco-sgd.md §3, :func:`benchmark.wire.topk_wire_bits`)
+ceil(W(k) / 8)`` bytes, where (docs/methods/deco-sgd.md §3, :func:`decobench.wire.topk_wire_bits`)
 
     W(k) = min(k (32 + L), 32 k + d, 32 d),        L = index_bits(d) = max(1, ceil(log2 d)).
 
@@ -60,9 +60,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from benchmark.compressors import Update
-from benchmark.errors import DecobenchError
-from benchmark.wire import VALUE_BITS, index_bits, topk_wire_bits
+from decobench.compressors import Update
+from decobench.errors import DecobenchError
+from decobench.wire import VALUE_BITS, index_bits, topk_wire_bits
 
 __all__ = [
     "FORMAT_DENSE",
@@ -122,7 +122,7 @@ def sparse_format(k: int, d: int) -> str:
 
 
 def payload_bytes(k: int, d: int) -> int:
-    """Payload size in bytes: ``ceil(W(k) / 8)`` with ``W`` from :func:`benchmark.wire.topk_wire_bits`
+    """Payload size in bytes: ``ceil(W(k) / 8)`` with ``W`` from :func:`decobench.wire.topk_wire_bits`
     (a dense message, ``k = d``, is ``4 d``)."""
     return (topk_wire_bits(k, d) + 7) // 8
 
@@ -239,7 +239,7 @@ def _unpack_mask(bitmap: Tensor, d: int) -> Tensor:
 class DecodedMessage:
     """A decoded message: ``k`` values at ``indices`` (int64), or, with ``indices`` None, the
     dense ``[d]`` vector (the ``dense`` format). Same convention as
-    :class:`benchmark.compressors.Update`."""
+    :class:`decobench.compressors.Update`."""
 
     values: Tensor
     indices: Tensor | None

@@ -4,13 +4,13 @@ One thread per rank issues the collectives in send order (one link, FIFO, as in 
 model of deco-sgd.md §4), so communication overlaps the next iterations' computation:
 
 - a sparse message (δ < 1) is a byte frame, header + the payload of exactly ⌈W/8⌉ bytes
-  (:mod:`benchmark.emulated.codec`), exchanged by ``all_gather``;
+  (:mod:`decobench.emulated.codec`), exchanged by ``all_gather``;
 - a dense message (δ = 1) is the fp32 vector plus one header slot per rank, exchanged by a
   summing ``all_reduce`` (each rank writes only its own slot, so the headers come back
   exactly: adding zeros is exact).
 
 When a collective returns at ``tx_end`` the message is delivered no earlier than
-:class:`~benchmark.emulated.delivery.DeliveryDelay` says (``tx_end + l·b`` when the
+:class:`~decobench.emulated.delivery.DeliveryDelay` says (``tx_end + l·b`` when the
 communication layer adds the latency). The training loop calls :meth:`Communicator.wait`
 for a message only when it is due (τ iterations after it was sent) and blocks only if it
 has not arrived. A lost peer surfaces as :class:`PeerLost` naming the rank(s) when the
@@ -31,9 +31,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from benchmark.compressors import Compressed, Update
-from benchmark.emulated import codec
-from benchmark.emulated.delivery import DeliveryDelay
+from decobench.compressors import Compressed, Update
+from decobench.emulated import codec
+from decobench.emulated.delivery import DeliveryDelay
 
 
 class PeerLost(RuntimeError):
@@ -128,7 +128,7 @@ def from_words(words: Tensor) -> Tensor:
 
 def mean_update(messages: Sequence[codec.DecodedMessage], d: int, device: torch.device) -> Update:
     """u = (1/n) Σ_i Δ^i from the n decoded messages, in the layout
-    :meth:`benchmark.compressors.Compressed.mean` gives: concatenated sparse entries in rank
+    :meth:`decobench.compressors.Compressed.mean` gives: concatenated sparse entries in rank
     order with values divided by n, or a dense ``[d]`` vector if any message came dense."""
     n = len(messages)
     if all(m.indices is not None for m in messages):

@@ -1,4 +1,4 @@
-"""Command line of one emulated rank: ``python -m benchmark.emulated`` (or via torchrun).
+"""Command line of one emulated rank: ``python -m decobench.emulated`` (or via torchrun).
 
 Takes the same run options as ``decobench run`` (and ``--config FILE.yaml``), plus how
 this rank reaches the network. The torch.distributed rendezvous comes from the environment
@@ -12,13 +12,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmark.errors import DecobenchError
+from decobench.errors import DecobenchError
 
 EPILOG = """\
 examples:
-  torchrun --nproc-per-node 4 -m benchmark.emulated --config run.yaml --out runs/emu
+  torchrun --nproc-per-node 4 -m decobench.emulated --config run.yaml --out runs/emu
   torchrun --nnodes 2 --node-rank 0 --nproc-per-node 1 --master-addr HOST0 \\
-      --master-port 29500 -m benchmark.emulated --config run.yaml --out /results/run
+      --master-port 29500 -m decobench.emulated --config run.yaml --out /results/run
 
 --latency-mechanism: on links that already have the trace's latency (real WAN, netem,
 docker-tc) use kernel (auto and netem mean the same for a rank); with rate-only shaping,
@@ -28,19 +28,19 @@ for you (docs/emulation.md).
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    from benchmark.cli import _method_flags, _run_flags
+    from decobench.flags import add_method_flags, add_run_flags
 
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--method")
     chosen = pre.parse_known_args(list(argv))[0].method
     parser = argparse.ArgumentParser(
-        prog="python -m benchmark.emulated",
+        prog="python -m decobench.emulated",
         description="One rank of an emulated decobench run: real torch.distributed "
         "collectives (gloo on CPU, NCCL on GPUs) overlapping computation; times measured. "
         "Rank 0 writes the run directory.", epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    _run_flags(parser)
-    _method_flags(parser, chosen)
+    add_run_flags(parser)
+    add_method_flags(parser, chosen)
     g = parser.add_argument_group("this rank")
     g.add_argument("--timeout-s", type=float, help="seconds a collective may take before a "
                    "peer counts as lost (default: 60 + twice a dense message's transfer at "
@@ -58,18 +58,18 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     import json
 
-    from benchmark.cli import _collect_run_values
-    from benchmark.config import build_run_config
-    from benchmark.emulated.comm import PeerLost
-    from benchmark.emulated.worker import (
+    from decobench.config import build_run_config
+    from decobench.emulated.comm import PeerLost
+    from decobench.emulated.worker import (
         EmulationSettings,
         RankEnvironment,
         default_timeout_s,
         run_rank,
     )
-    from benchmark.runner import prepare
-    from benchmark.tasks.base import parameter_count
-    from benchmark.tracking import wandb_tracker_factory
+    from decobench.flags import run_values
+    from decobench.runner import prepare
+    from decobench.tasks.base import parameter_count
+    from decobench.tracking import wandb_tracker_factory
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(argv).parse_args(argv)
@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         env = RankEnvironment.from_environ()
         rank = str(env.rank)
-        values = _collect_run_values(args)
+        values = run_values(args)
         for key in ("timeout_s", "attach", "start_file", "addresses",
                     "network_info"):
             values.pop(key, None)

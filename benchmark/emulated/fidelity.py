@@ -28,11 +28,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmark.atomicio import write_text_atomic
-from benchmark.config import RunConfig
-from benchmark.errors import DecobenchError
-from benchmark.rundir import read_metrics
-from benchmark.runner import PreparedRun
+from decobench.atomicio import write_text_atomic
+from decobench.config import RunConfig
+from decobench.errors import DecobenchError
+from decobench.rundir import read_metrics
+from decobench.runner import PreparedRun
 
 TOLERANCE = 0.10
 """The agreement the issue asks for: within 10%."""
@@ -153,10 +153,10 @@ def render_markdown(rows: Sequence[FidelityRow], header: dict[str, Any]) -> str:
 
 def replayed(run: PreparedRun, emulated_rows: Sequence[dict[str, Any]]) -> PreparedRun:
     """``run`` with its method's (δ, τ) controller replaced by the emulated run's schedule
-    (:class:`~benchmark.methods.controllers.ReplayController`); methods that are not
+    (:class:`~decobench.methods.controllers.ReplayController`); methods that are not
     DD-EF-SGD-based, or D-SGD, are returned unchanged."""
-    from benchmark.methods.controllers import ReplayController, Schedule
-    from benchmark.methods.ddefsgd import DDEFSGD
+    from decobench.methods.controllers import ReplayController, Schedule
+    from decobench.methods.ddefsgd import DDEFSGD
 
     schedules = [Schedule(float(r["delta"]), int(r["tau"]))
                  for r in sorted(emulated_rows, key=lambda r: int(r["iteration"]))
@@ -176,8 +176,8 @@ def run_fidelity(base: RunConfig, methods: Sequence[str], out: Path, warmup: int
                  overwrite: bool = False, show_progress: bool = True,
                  launch: Callable[..., dict[str, Any]] | None = None) -> list[FidelityRow]:
     """Both backends for each method; writes ``fidelity.json`` and ``fidelity.md``."""
-    from benchmark.emulated.launcher import launch as launch_emulated
-    from benchmark.runner import execute, prepare
+    from decobench.emulated.launcher import launch as launch_emulated
+    from decobench.runner import execute, prepare
 
     launch = launch or launch_emulated
     if base.max_iters is None or base.max_iters <= warmup:

@@ -3,18 +3,18 @@
 1. Checks (before anything is created): root, ``ip``/``tc``, a method with an emulated
    implementation, n >= 2, the latency mechanism the kernel can give.
 2. One network namespace per worker, joined by veth pairs to a bridge namespace; each
-   worker's egress shaped from the trace's first row (:mod:`netem.netns`, :mod:`netem.tc`).
+   worker's egress shaped from the trace's first row (:mod:`decobench.netem.netns`, :mod:`decobench.netem.tc`).
 3. The probe measures every link and the run fails if it is more than 10% off the request;
-   ``network_probe.json`` keeps the result and the exact tc commands (:mod:`netem.probe`).
+   ``network_probe.json`` keeps the result and the exact tc commands (:mod:`decobench.netem.probe`).
 4. The trace player replays the trace live with ``tc ... change`` from the moment rank 0
-   says training started (:mod:`netem.player`).
-5. n ranks of ``python -m benchmark.emulated`` start inside the namespaces with the
+   says training started (:mod:`decobench.netem.player`).
+5. n ranks of ``python -m decobench.emulated`` start inside the namespaces with the
    torchrun environment; rank 0 writes the run directory, the others log to
    ``workers/rankR.log``.
 6. If a rank dies, the others stop on their own (the collective fails) or are stopped
    within :data:`GRACE_S`; ``failure.json`` names the lost rank and no summary is written.
    Ctrl-C, SIGTERM or an error in the launcher stop the ranks the same way. The namespaces
-   are deleted in every case (``python -m netem.netns --cleanup`` removes leftovers of a
+   are deleted in every case (``python -m decobench.netem.netns --cleanup`` removes leftovers of a
    launcher that was SIGKILLed).
 """
 
@@ -33,13 +33,13 @@ from typing import Any
 
 import yaml
 
-from benchmark.atomicio import write_text_atomic
-from benchmark.emulated import EMULATED_METHODS
-from benchmark.emulated.worker import FAILURE, default_timeout_s
-from benchmark.errors import DecobenchError
-from benchmark.rundir import SUMMARY, RunDirectory, read_summary
-from benchmark.runner import PreparedRun
-from benchmark.tasks.base import parameter_count
+from decobench.atomicio import write_text_atomic
+from decobench.emulated import EMULATED_METHODS
+from decobench.emulated.worker import FAILURE, default_timeout_s
+from decobench.errors import DecobenchError
+from decobench.rundir import SUMMARY, RunDirectory, read_summary
+from decobench.runner import PreparedRun
+from decobench.tasks.base import parameter_count
 
 GRACE_S = 45.0
 """Seconds the surviving ranks get to notice a lost rank before the launcher stops them."""
@@ -57,7 +57,7 @@ class RunFailed(DecobenchError):
 
 def check_emulation(run: PreparedRun) -> str:
     """Everything checkable before creating anything; returns the latency mechanism."""
-    from netem.netns import require_root, resolve_latency_mechanism
+    from decobench.netem.netns import require_root, resolve_latency_mechanism
 
     config = run.config
     if config.method not in EMULATED_METHODS:
@@ -105,10 +105,10 @@ def launch(run: PreparedRun, overwrite: bool = False, show_progress: bool = True
            wandb: bool = True) -> dict[str, Any]:
     """Run ``run`` on the emulated backend; returns rank 0's summary or raises
     :class:`RunFailed` (after writing ``failure.json``)."""
-    from netem.netns import NamespaceNetwork, NetworkPlan
-    from netem.player import NetnsShaper, TracePlayer
-    from netem.probe import probe_links, write_probe
-    from netem.tc import LinkSetting
+    from decobench.netem.netns import NamespaceNetwork, NetworkPlan
+    from decobench.netem.player import NetnsShaper, TracePlayer
+    from decobench.netem.probe import probe_links, write_probe
+    from decobench.netem.tc import LinkSetting
 
     mechanism = check_emulation(run)
     config = run.config
@@ -188,7 +188,7 @@ def _start_ranks(run: PreparedRun, net: Any, mechanism: str, timeout_s: float, o
                # (loopback inside a namespace); the shaped device is the only way out
                "GLOO_SOCKET_IFNAME": net.worker_device(i),
                "NCCL_SOCKET_IFNAME": net.worker_device(i)}
-        argv = [*net.exec_prefix(i), sys.executable, "-m", "benchmark.emulated",
+        argv = [*net.exec_prefix(i), sys.executable, "-m", "decobench.emulated",
                 "--config", str(launch_config), "--attach", "--start-file", str(out / START_FILE),
                 "--timeout-s", str(timeout_s), "--addresses", ",".join(addresses),
                 "--network-info", json.dumps(network)]

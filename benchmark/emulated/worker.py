@@ -1,7 +1,7 @@
 """One rank of an emulated run: real computation, real collectives, measured time.
 
 Every rank trains the same DD-EF-SGD method object as the simulated backend
-(:class:`benchmark.methods.ddefsgd.DDEFSGD`), built for one row of gradients
+(:class:`decobench.methods.ddefsgd.DDEFSGD`), built for one row of gradients
 (``MethodContext.gradient_rows = 1``). Iteration k on rank i:
 
     g = ∇f_i(x_k) on rank i's own batch (the same shard and order as simulated worker i)
@@ -35,17 +35,18 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from benchmark.atomicio import write_text_atomic
-from benchmark.emulated.comm import Arrival, Communicator, PeerLost, encode_message
-from benchmark.emulated.delivery import DeliveryDelay
-from benchmark.errors import DecobenchError
-from benchmark.flat import FlatLayout
-from benchmark.gradients import WorkerGradients
-from benchmark.methods import MethodContext, Observation
-from benchmark.methods.ddefsgd import DDEFSGD
-from benchmark.progress import RunProgress
-from benchmark.rundir import RunDirectory
-from benchmark.runner import (
+from decobench.atomicio import write_text_atomic
+from decobench.emulated.comm import Arrival, Communicator, PeerLost, encode_message
+from decobench.emulated.delivery import DeliveryDelay
+from decobench.errors import DecobenchError
+from decobench.flat import FlatLayout
+from decobench.gradients import WorkerGradients
+from decobench.methods import MethodContext, Observation
+from decobench.methods.ddefsgd import DDEFSGD
+from decobench.netem.trace import Trace, write_trace
+from decobench.progress import RunProgress
+from decobench.rundir import RunDirectory
+from decobench.runner import (
     Outcome,
     PreparedRun,
     evaluation_plan,
@@ -54,12 +55,11 @@ from benchmark.runner import (
     resolved_config,
     summary_fields,
 )
-from benchmark.sharding import ShardedBatches
-from benchmark.tasks.base import build_seeded_model
-from benchmark.topology import topology_factors
-from benchmark.tracking import NullTracker, TrackerFactory
-from benchmark.wire import dense_wire_bits
-from netem.trace import Trace, write_trace
+from decobench.sharding import ShardedBatches
+from decobench.tasks.base import build_seeded_model
+from decobench.topology import topology_factors
+from decobench.tracking import NullTracker, TrackerFactory
+from decobench.wire import dense_wire_bits
 
 FLAG_STOP = 1
 """Header flag: the sender asks every rank to stop (target met or time budget spent)."""
@@ -89,7 +89,7 @@ class RankEnvironment:
         if missing:
             raise DecobenchError(f"{', '.join(missing)} not set: start the workers with "
                                  "torchrun (e.g. torchrun --nproc-per-node 4 -m "
-                                 "benchmark.emulated --config run.yaml) or let "
+                                 "decobench.emulated --config run.yaml) or let "
                                  "'decobench run --backend emulated' launch them")
         world = int(env["WORLD_SIZE"])
         return cls(rank=int(env["RANK"]), world_size=world,

@@ -1,14 +1,14 @@
 """Method registry: every method ``decobench run --method`` accepts.
 
 A :class:`MethodSpec` names a method, its typed options and a factory. DD-EF-SGD and
-DeCo-SGD live here; the baselines (``baselines/``) register through the same spec.
+DeCo-SGD live here; every method, these two and the baselines (``baselines/``) included, is
+found through the ``decobench.methods`` entry points (:mod:`decobench.registry`).
 """
 
 from __future__ import annotations
 
-from benchmark.compressors import TopKCompressor
-from benchmark.errors import DecobenchError
-from benchmark.methods.base import (
+from decobench.compressors import TopKCompressor
+from decobench.methods.base import (
     Method,
     MethodContext,
     MethodOptions,
@@ -16,9 +16,10 @@ from benchmark.methods.base import (
     Observation,
     StepResult,
 )
-from benchmark.methods.controllers import StaticController, deco_controller
-from benchmark.methods.ddefsgd import DDEFSGD
-from benchmark.methods.options import DecoOptions, StaticOptions
+from decobench.methods.controllers import StaticController, deco_controller
+from decobench.methods.ddefsgd import DDEFSGD
+from decobench.methods.options import DecoOptions, StaticOptions
+from decobench.registry import METHODS_GROUP, Registry
 
 
 def build_dd_ef_sgd(context: MethodContext, options: StaticOptions) -> Method:
@@ -30,30 +31,39 @@ def build_deco_sgd(context: MethodContext, options: DecoOptions) -> Method:
     return DDEFSGD(context, TopKCompressor(), controller)
 
 
-def _specs() -> dict[str, MethodSpec]:
-    from baselines import BASELINE_SPECS  # baselines import this package's base types
+DD_EF_SGD_SPEC = MethodSpec(
+    "dd-ef-sgd", "DD-EF-SGD: global Top-k with error feedback and a fixed staleness (static δ, τ)",
+    StaticOptions, build_dd_ef_sgd)
+DECO_SGD_SPEC = MethodSpec(
+    "deco-sgd", "DeCo-SGD: DD-EF-SGD with δ and τ re-planned from measured bandwidth, latency "
+    "and compute time", DecoOptions, build_deco_sgd)
 
-    own = (
-        MethodSpec("dd-ef-sgd", "DD-EF-SGD: global Top-k with error feedback and a fixed "
-                   "staleness (static δ, τ)", StaticOptions, build_dd_ef_sgd),
-        MethodSpec("deco-sgd", "DeCo-SGD: DD-EF-SGD with δ and τ re-planned from measured "
-                   "bandwidth, latency and compute time", DecoOptions, build_deco_sgd),
-    )
-    return {spec.name: spec for spec in (*BASELINE_SPECS, *own)}
+
+def _spec_name(obj: object) -> str:
+    if not isinstance(obj, MethodSpec):
+        raise TypeError(f"expected a decobench.methods.MethodSpec, got {type(obj).__name__}")
+    return obj.name
+
+
+METHODS: Registry[MethodSpec] = Registry(METHODS_GROUP, "method", _spec_name)
+"""Every method ``decobench run --method`` accepts: the entry points of group
+``decobench.methods`` (the shipped ones included) and :func:`register_method` additions."""
+
+
+def register_method(spec: MethodSpec) -> MethodSpec:
+    """Add a method in this process without packaging it (it shadows an entry point)."""
+    return METHODS.register(spec)
 
 
 def method_specs() -> dict[str, MethodSpec]:
     """All registered methods by name."""
-    return _specs()
+    return METHODS.all()
 
 
 def get_method_spec(name: str) -> MethodSpec:
-    specs = _specs()
-    if name not in specs:
-        raise DecobenchError(f"unknown method {name!r}; available methods: "
-                             f"{', '.join(sorted(specs))}")
-    return specs[name]
+    return METHODS.get(name)
 
 
-__all__ = ["DDEFSGD", "Method", "MethodContext", "MethodOptions", "MethodSpec", "Observation",
-           "StepResult", "get_method_spec", "method_specs"]
+__all__ = ["DDEFSGD", "DD_EF_SGD_SPEC", "DECO_SGD_SPEC", "METHODS", "Method", "MethodContext",
+           "MethodOptions", "MethodSpec", "Observation", "StepResult", "get_method_spec",
+           "method_specs", "register_method"]

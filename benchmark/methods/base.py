@@ -19,7 +19,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import Tensor
 
-from benchmark.optimizer import OptimizerConfig
+from decobench.optimizer import OptimizerConfig
 
 
 class MethodOptions(BaseModel):

@@ -1,6 +1,6 @@
 """How DD-EF-SGD's (δ, τ) are chosen: statically, or by the DeCo planner (deco-sgd.md §5).
 
-A controller sees only measurements (the :class:`~benchmark.methods.base.Observation` of each
+A controller sees only measurements (the :class:`~decobench.methods.base.Observation` of each
 transfer that has arrived), never the trace.
 """
 
@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from benchmark.estimators import LinkEstimator, NetworkEstimate
-from benchmark.methods.base import MethodContext, Observation
-from benchmark.methods.options import PlannerOptions
-from benchmark.phi import PhiModel, get_phi
-from benchmark.planner import Plan, plan
+from decobench.estimators import LinkEstimator, NetworkEstimate
+from decobench.methods.base import MethodContext, Observation
+from decobench.methods.options import PlannerOptions
+from decobench.phi import PhiModel, get_phi
+from decobench.planner import Plan, plan
 
 
 @dataclass(frozen=True)

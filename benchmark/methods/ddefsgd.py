@@ -12,12 +12,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from benchmark.compressors import Compressed, Compressor, DenseCompressor, Update
-from benchmark.error_feedback import ErrorFeedback
-from benchmark.message_queue import DelayQueue
-from benchmark.methods.base import Method, MethodContext, Observation, StepResult
-from benchmark.methods.controllers import Controller, Schedule
-from benchmark.optimizer import SharedOptimizer
+from decobench.compressors import Compressed, Compressor, DenseCompressor, Update
+from decobench.error_feedback import ErrorFeedback
+from decobench.message_queue import DelayQueue
+from decobench.methods.base import Method, MethodContext, Observation, StepResult
+from decobench.methods.controllers import Controller, Schedule
+from decobench.optimizer import SharedOptimizer
 
 
 class DDEFSGD(Method):

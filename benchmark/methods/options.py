@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from benchmark.methods.base import MethodOptions
+from decobench.methods.base import MethodOptions
 
 
 class StaticOptions(MethodOptions):

@@ -1,23 +1,34 @@
-"""Task registry: ``get_task(name)``."""
+"""Task registry: ``get_task(name)``.
+
+Tasks are found through the ``decobench.tasks`` entry points (:mod:`decobench.registry`);
+the four shipped tasks register there too (``pyproject.toml``).
+"""
 
 from __future__ import annotations
 
-from benchmark.errors import DecobenchError
-from benchmark.tasks.base import Task, TaskData, TaskProfile, TensorData, parameter_count
-from benchmark.tasks.cnn_cifar10 import CnnCifar10
-from benchmark.tasks.cnn_fmnist import CnnFashionMnist
-from benchmark.tasks.gpt2_wikitext import Gpt2WikiText
-from benchmark.tasks.vit_imagenet import VitImageNet
+from decobench.registry import TASKS_GROUP, Registry
+from decobench.tasks.base import Task, TaskData, TaskProfile, TensorData, parameter_count
 
-TASKS: dict[str, type[Task]] = {
-    cls.name: cls for cls in (CnnFashionMnist, CnnCifar10, VitImageNet, Gpt2WikiText)}
+
+def _task_name(obj: object) -> str:
+    if not (isinstance(obj, type) and issubclass(obj, Task)):
+        raise TypeError(f"expected a decobench.tasks.Task subclass, got {obj!r}")
+    return obj.name
+
+
+TASKS: Registry[type[Task]] = Registry(TASKS_GROUP, "task", _task_name)
+"""Every task ``decobench run --task`` accepts (entry points of group ``decobench.tasks`` and
+:func:`register_task` additions)."""
+
+
+def register_task(cls: type[Task]) -> type[Task]:
+    """Add a task class in this process without packaging it (usable as a decorator)."""
+    return TASKS.register(cls)
 
 
 def get_task(name: str) -> Task:
-    if name not in TASKS:
-        raise DecobenchError(f"unknown task {name!r}; available tasks: {', '.join(sorted(TASKS))}")
-    return TASKS[name]()
+    return TASKS.get(name)()
 
 
 __all__ = ["TASKS", "Task", "TaskData", "TaskProfile", "TensorData", "get_task",
-           "parameter_count"]
+           "parameter_count", "register_task"]

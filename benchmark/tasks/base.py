@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from benchmark.errors import DecobenchError
+from decobench.errors import DecobenchError
 
 STANDIN_MARKER = "STANDIN.txt"
 """A ``--data-root`` holding this file is an offline stand-in, not the task's data set
@@ -105,7 +105,7 @@ class Task(ABC):
     init: str = "scratch"
     """How :func:`build_seeded_model` initialises the model: ``scratch`` (random weights
     from the run's seed) or ``pretrained`` (published weights, :meth:`pretrained_weights`);
-    set by :meth:`select_init`, which :func:`benchmark.runner.prepare` calls with
+    set by :meth:`select_init`, which :func:`decobench.runner.prepare` calls with
     ``--init``. Tasks whose data pipeline follows the weights (ViT's normalisation, GPT-2's
     tokenizer) read it too."""
 

@@ -1,5 +1,5 @@
 """CNN@CIFAR-10: the paper's small CNN (two convolutional and two fully connected layers,
-:class:`~benchmark.tasks.cnn_fmnist.PaperCNN`) on 3×32×32 CIFAR-10 images, top-1 accuracy
+:class:`~decobench.tasks.cnn_fmnist.PaperCNN`) on 3×32×32 CIFAR-10 images, top-1 accuracy
 on the 10,000-image test split.
 
 Data: the "CIFAR-10 python version" (https://www.cs.toronto.edu/~kriz/cifar.html), read by
@@ -23,9 +23,9 @@ import torch
 from torch import Tensor, nn
 from torchvision.datasets import CIFAR10
 
-from benchmark.errors import DecobenchError
-from benchmark.tasks.base import ClassificationTask, TaskData, TaskProfile, standin_label
-from benchmark.tasks.cnn_fmnist import PaperCNN, classification_accuracy, default_data_root
+from decobench.errors import DecobenchError
+from decobench.tasks.base import ClassificationTask, TaskData, TaskProfile, standin_label
+from decobench.tasks.cnn_fmnist import PaperCNN, classification_accuracy, default_data_root
 
 BASE_FOLDER = CIFAR10.base_folder                     # "cifar-10-batches-py"
 TRAIN_FILES = tuple(name for name, _ in CIFAR10.train_list)   # data_batch_1 .. data_batch_5

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from benchmark.errors import DecobenchError
-from benchmark.tasks.base import ClassificationTask, TaskData, TaskProfile, TensorData
+from decobench.errors import DecobenchError
+from decobench.tasks.base import ClassificationTask, TaskData, TaskProfile, TensorData
 
 FMNIST_MEAN, FMNIST_STD = 0.2860, 0.3530
 RAW_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",

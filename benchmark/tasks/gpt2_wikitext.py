@@ -22,10 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from benchmark.errors import DecobenchError
-from benchmark.tasks.base import Task, TaskData, TaskProfile, pretrained_load_error
-from benchmark.tasks.cnn_fmnist import default_data_root
-from benchmark.tasks.tokenizer import GPT2_VOCAB_SIZE, choose_tokenizer, fetch_gpt2_bpe
+from decobench.errors import DecobenchError
+from decobench.tasks.base import Task, TaskData, TaskProfile, pretrained_load_error
+from decobench.tasks.cnn_fmnist import default_data_root
+from decobench.tasks.tokenizer import GPT2_VOCAB_SIZE, choose_tokenizer, fetch_gpt2_bpe
 
 if TYPE_CHECKING:
     from transformers import GPT2Config

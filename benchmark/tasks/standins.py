@@ -9,7 +9,7 @@ library version changes a byte):
 
 - ``out/cifar10/``: ``--data-root`` of cnn-cifar10. ``cifar-10-batches-py/data_batch_1..5``,
   ``test_batch`` and ``batches.meta``: the CIFAR-10 python version
-  (:func:`benchmark.tasks.cnn_cifar10.write_cifar_format`), uint8 3x32x32 images.
+  (:func:`decobench.tasks.cnn_cifar10.write_cifar_format`), uint8 3x32x32 images.
 - ``out/imagenet/``: ``--data-root`` of vit-imagenet. The ImageFolder layout
   ``train/<class>/*.png`` and ``val/<class>/*.png`` (Fashion-MNIST's train split as train,
   its test split as val), 32x32 RGB PNGs.
@@ -18,13 +18,13 @@ Each image is a 28x28 Fashion-MNIST image padded with a 2-pixel black border (Fa
 background is 0) to 32x32 and copied into R, G and B: the same pixels in both formats. The
 10 classes keep Fashion-MNIST's labels and are named ``fmnist-standin-<label>-<name>`` (the
 label first, so ImageFolder's sorted folders keep the label order). Each data root holds
-:data:`~benchmark.tasks.base.STANDIN_MARKER` (``STANDIN.txt``), whose first line the
+:data:`~decobench.tasks.base.STANDIN_MARKER` (``STANDIN.txt``), whose first line the
 loaders append to the run's ``data_source``; ``out/README.txt`` says the same for people.
 Accuracies on these data are Fashion-MNIST accuracies: **not comparable** to CIFAR-10 or
 ImageNet results.
 
     decobench data standins --out DIR [--fmnist-root DIR] [--limit N] [--overwrite]
-    python -m benchmark.tasks.standins --out DIR ...
+    python -m decobench.tasks.standins --out DIR ...
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ import numpy as np
 import torch.nn.functional as F
 from torch import Tensor
 
-from benchmark.errors import DecobenchError
-from benchmark.tasks.base import STANDIN_MARKER
-from benchmark.tasks.cnn_cifar10 import write_cifar_format
-from benchmark.tasks.cnn_fmnist import RAW_FILES
+from decobench.errors import DecobenchError
+from decobench.tasks.base import STANDIN_MARKER
+from decobench.tasks.cnn_cifar10 import write_cifar_format
+from decobench.tasks.cnn_fmnist import RAW_FILES
 
 DEFAULT_SOURCE = Path("../shared/data/fashion-mnist-mini")
 """The offline Fashion-MNIST slice beside the checkout (relative to the project root)."""
@@ -293,7 +293,7 @@ def add_data_parser(subparsers: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmark.tasks.standins",
+    parser = argparse.ArgumentParser(prog="python -m decobench.tasks.standins",
                                      description="Build the CIFAR-10 and ImageNet stand-ins "
                                      "(see decobench data standins --help).")
     add_arguments(parser)

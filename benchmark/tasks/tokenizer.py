@@ -25,8 +25,8 @@ import torch
 from tokenizers import ByteLevelBPETokenizer, Tokenizer
 from torch import Tensor
 
-from benchmark.atomicio import write_text_atomic
-from benchmark.tasks.base import pretrained_load_error
+from decobench.atomicio import write_text_atomic
+from decobench.tasks.base import pretrained_load_error
 
 GPT2_VOCAB_SIZE = 50257
 """Tokens of GPT-2's BPE: 256 bytes + 50,000 merges + ``<|endoftext|>`` (Radford et al.

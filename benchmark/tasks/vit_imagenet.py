@@ -25,8 +25,8 @@ from torch import Tensor, nn
 from torchvision.datasets import ImageFolder
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
-from benchmark.errors import DecobenchError
-from benchmark.tasks.base import (
+from decobench.errors import DecobenchError
+from decobench.tasks.base import (
     ClassificationTask,
     TaskData,
     TaskProfile,
