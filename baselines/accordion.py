@@ -56,7 +56,7 @@ from torch import Tensor
 
 from decobench.compressors import Compressed, DenseCompressor, TopKCompressor
 from decobench.error_feedback import ErrorFeedback
-from decobench.methods.base import Method, MethodContext, MethodOptions, MethodSpec, StepResult
+from decobench.methods.base import Due, Method, MethodContext, MethodOptions, MethodSpec, Sent
 from decobench.optimizer import OptimizerConfig, SharedOptimizer, learning_rate
 from decobench.wire import topk_count
 
@@ -245,7 +245,9 @@ class Accordion(Method):
         return [self._layer_delta(regime[layer]) if layer.compressed else 1.0
                 for layer in self.layers]
 
-    def step(self, iteration: int, params: Tensor, gradients: Tensor) -> StepResult:
+    def send(self, iteration: int, params: Tensor, gradients: Tensor) -> Sent:
+        """Worker half: each layer's δ from the detector, error feedback with the per-layer
+        Top-k; the detector then reads worker 0's raw gradient (τ = 0)."""
         log: dict[str, Any] = {}
         if iteration == 0:
             log.update(accordion_window_iters=self.window_iters,
@@ -257,16 +259,20 @@ class Accordion(Method):
         critical_layers = sum(self.detector.critical)
         compressed = self.error_feedback.apply(
             gradients, lambda p: layerwise_topk(p, self.layers, deltas))
-        update = torch.zeros_like(params)
-        compressed.mean().add_to(update)
-        self.optimizer.step(params, update, iteration)
         check = self.detector.observe(iteration, gradients[0])
         if check is not None:
             log["accordion_check"] = self._check_record(check, decayed)
         log["accordion_critical_layers"] = critical_layers
-        return StepResult(delta=compressed.delta, staleness=0,
-                          bits_per_worker=compressed.bits_per_worker, dense=compressed.dense,
-                          applied_messages=1, log=log)
+        return Sent(compressed, 0, log)
+
+    def receive(self, iteration: int, params: Tensor, due: Sequence[Due]) -> dict[str, Any]:
+        """Aggregation half: x_{t+1} = shared optimizer step on u_t (τ = 0: this
+        iteration's average)."""
+        update = torch.zeros_like(params)
+        for message in due:
+            message.update.add_to(update)
+        self.optimizer.step(params, update, iteration)
+        return {}
 
     def _layer_delta(self, critical: bool) -> float:
         return self.delta_crit if critical else self.delta_noncrit
@@ -292,4 +298,7 @@ def build_accordion(context: MethodContext, options: AccordionOptions) -> Method
 
 ACCORDION_SPEC = MethodSpec("accordion", "Accordion: per-layer Top-k with error feedback, "
                             "more coordinates kept in detected critical regimes (τ = 0)",
-                            AccordionOptions, build_accordion)
+                            AccordionOptions, build_accordion,
+                            emulation="its per-layer Top-k has no wire codec yet, and its "
+                            "detector reads worker 0's gradient, which the other ranks do not "
+                            "hold")

@@ -35,7 +35,7 @@ from pydantic import Field, model_validator
 from torch import Tensor
 
 from decobench.baselines.cocktail_compressor import CocktailCompressor
-from decobench.methods.base import Method, MethodContext, MethodSpec, StepResult
+from decobench.methods.base import Method, MethodContext, MethodSpec, Sent
 from decobench.methods.controllers import (
     PLAN_ONCE,
     Controller,
@@ -102,13 +102,13 @@ class CocktailSGD(DDEFSGD):
         super().__init__(context, compressor, controller)
         self.cocktail = compressor
 
-    def step(self, iteration: int, params: Tensor, gradients: Tensor) -> StepResult:
-        result = super().step(iteration, params, gradients)
+    def send(self, iteration: int, params: Tensor, gradients: Tensor) -> Sent:
+        sent = super().send(iteration, params, gradients)
         split = self.cocktail.last_split
         if split is None:
-            return result
-        return dataclasses.replace(result, log={
-            **result.log,
+            return sent
+        return dataclasses.replace(sent, log={
+            **sent.log,
             "cocktail_sample_fraction": split.sample_fraction,
             "cocktail_topk_ratio": split.topk_ratio,
             "cocktail_sampled": split.sampled,
@@ -135,4 +135,5 @@ def build_cocktail_sgd(context: MethodContext, options: CocktailOptions) -> Meth
 
 COCKTAIL_SGD_SPEC = MethodSpec(
     "cocktail-sgd", "CocktailSGD: random sample, Top-k and 4-bit quantisation with error "
-    "feedback, static (δ, τ) = DeCo's first plan", CocktailOptions, build_cocktail_sgd)
+    "feedback, static (δ, τ) = DeCo's first plan", CocktailOptions, build_cocktail_sgd,
+    emulation="its wire format (random sample, Top-k, 4-bit quantisation) has no codec yet")

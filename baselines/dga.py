@@ -52,20 +52,22 @@ Decisions this project made where the paper or its reference code is ambiguous:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field
 from torch import Tensor
 
-from decobench.message_queue import DelayQueue
+from decobench.compressors import Compressed
 from decobench.methods.base import (
+    Due,
     Method,
     MethodContext,
     MethodOptions,
     MethodSpec,
     Observation,
-    StepResult,
+    Sent,
 )
 from decobench.optimizer import SharedOptimizer
 from decobench.wire import dense_wire_bits
@@ -141,10 +143,11 @@ class WorkerModels:
         """w^j ← w^j + Δ^j for every worker (``local`` is ``[n, d]``)."""
         self.in_flight.add_(local)
 
-    def swap_for_average(self, local: Tensor) -> None:
-        """w^j ← w^j − Δ^j_s + (1/n) Σ_i Δ^i_s: the average of iteration s has arrived."""
+    def swap_for_average(self, local: Tensor, average: Tensor) -> None:
+        """w^j ← w^j − Δ^j_s + (1/n) Σ_i Δ^i_s: the average of iteration s has arrived
+        (``local`` is these workers' own Δ^j_s, ``average`` the mean over all n)."""
         self.in_flight.sub_(local)
-        self.shared.add_(local.mean(dim=0))
+        self.shared.add_(average)
 
 
 class DGA(Method):
@@ -161,7 +164,7 @@ class DGA(Method):
         self.delay_max = options.dga_delay_max
         self.delay: int | None = options.dga_delay
         self.optimizer = SharedOptimizer(context.optimizer)
-        self.queue: DelayQueue[Tensor] = DelayQueue()
+        self.sent_local: dict[int, Tensor] = {}   # iteration s -> these workers' Δ^j_s
         self.bits_per_worker = dense_wire_bits(context.d)
         self.workers: WorkerModels | None = None
         self._log: dict[str, Any] = (
@@ -189,19 +192,27 @@ class DGA(Method):
     def evaluation_params(self, params: Tensor) -> Tensor:
         return params if self.workers is None else self.workers.average()
 
-    def step(self, iteration: int, params: Tensor, gradients: Tensor) -> StepResult:
+    def send(self, iteration: int, params: Tensor, gradients: Tensor) -> Sent:
+        """Worker half: each worker's local update Δ^j_t from its own gradient, applied to
+        its own model at once and sent dense with staleness D."""
         workers = self._workers(params)
         local = self.optimizer.change(workers.stack(), gradients, iteration)
         staleness = 0 if self.delay is None else self.delay
         workers.apply_local(local)
-        self.queue.push(iteration, staleness, local)
-        due = self.queue.pop_due(iteration)
-        for message in due:
-            workers.swap_for_average(message.update)
-        params.copy_(workers.average())
+        self.sent_local[iteration] = local
         log, self._log = self._log, {}
-        return StepResult(delta=1.0, staleness=staleness, bits_per_worker=self.bits_per_worker,
-                          dense=True, applied_messages=len(due), log=log)
+        payload = Compressed(values=local, indices=None, d=self.context.d,
+                             bits_per_worker=self.bits_per_worker, delta=1.0)
+        return Sent(payload, staleness, log)
+
+    def receive(self, iteration: int, params: Tensor, due: Sequence[Due]) -> dict[str, Any]:
+        """Aggregation half: each worker swaps its own stale Δ^j_s for the average
+        (1/n) Σ_i Δ^i_s that arrived; ``params`` becomes the workers' average model."""
+        workers = self._workers(params)
+        for message in due:
+            workers.swap_for_average(self.sent_local.pop(message.sent_at), message.update.values)
+        params.copy_(workers.average())
+        return {}
 
     def _workers(self, params: Tensor) -> WorkerModels:
         """The workers' models, created from the shared ``params`` on first use."""
@@ -216,4 +227,5 @@ def build_dga(context: MethodContext, options: DGAOptions) -> Method:
 
 DGA_SPEC = MethodSpec("dga", "DGA: per-worker models, each swaps its local update for the "
                       "workers' average D iterations later (hides latency)", DGAOptions,
-                      build_dga)
+                      build_dga, emulation="its workers hold different models, which the "
+                      "emulated ranks do not yet average for evaluation")

@@ -2,23 +2,13 @@
 
 :func:`prepare` resolves and checks everything a run needs (task, profile, method options,
 trace, data, run directory) and raises a one-line :class:`DecobenchError` on bad input
-before any training; :func:`execute` then trains n workers in one process:
-
-    for k = 0, 1, ...:
-        deliver the Observation of every transfer that arrived by start_k to the method
-        g^i_k  = all n workers' gradients at x_k, in one vectorised pass
-        method.step(k, x, g)  →  x_{k+1}, (δ_k, τ_k, W_k)
-        clock.step(T_k, W_k, τ_k)        (deco-sgd.md §4)
-        every E iterations: evaluate x_{k+1}, timed when it exists (clock.model_ready_s)
-
-A run ends when the target is met, a budget (iterations or simulated seconds) is spent, or
-the loss stops being finite (status ``diverged``).
+before any training; :func:`execute` then trains n workers in one process: the training
+loop of :mod:`decobench.loop` over the :class:`~decobench.simulated.SimulatedTransport`
+(the event clock of deco-sgd.md §4), and writes the run directory.
 """
 
 from __future__ import annotations
 
-import heapq
-import math
 import platform
 import subprocess
 import time
@@ -39,18 +29,15 @@ from decobench.evaluation import (
     milestone_records,
     refine_windows,
 )
-from decobench.flat import FlatLayout
-from decobench.gradients import WorkerGradients
-from decobench.methods import MethodContext, MethodOptions, MethodSpec, Observation, get_method_spec
+from decobench.loop import Outcome, train
+from decobench.methods import MethodOptions, MethodSpec, get_method_spec
 from decobench.netem.trace import Trace, load_trace, resolve_trace_path, write_trace
 from decobench.optimizer import OptimizerConfig
-from decobench.progress import RunProgress
 from decobench.regime import NetworkCondition, parse_regime
 from decobench.rundir import RunDirectory
-from decobench.sharding import ShardedBatches
+from decobench.simulated import SimulatedTransport
 from decobench.tasks import Task, TaskData, TaskProfile, get_task
-from decobench.tasks.base import build_seeded_model, parameter_count
-from decobench.timemodel import EventClock, IterationTiming
+from decobench.tasks.base import parameter_count
 from decobench.tracking import NullTracker, RunTracker, TrackerFactory
 
 
@@ -241,20 +228,6 @@ def load_task_data(run: PreparedRun) -> TaskData:
         raise DecobenchError(f"could not load data for task {run.task.name}: {exc}") from exc
 
 
-@dataclass
-class Outcome:
-    """How a run ended, filled in as it trains."""
-
-    status: str = "budget_exhausted"
-    reached: bool = False
-    time_to_target_s: float | None = None
-    iters_to_target: int | None = None
-    final_metric: float | None = None
-    diverged_at_iteration: int | None = None
-    bits_sent: int = 0
-    iterations: int = 0
-
-
 def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = True,
             tracker_factory: TrackerFactory | None = None) -> dict[str, Any]:
     """Train and write the run directory; returns the summary.
@@ -315,10 +288,8 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
         tracker.fail(exc)
         raise
     rundir.close_metrics()
-    clock = result.clock
     summary = summary_fields(run, result.outcome, result.d, time.perf_counter() - wall_start,
-                             result.trace, sim_time_s=clock.now_s, bubble_s=clock.total_bubble_s,
-                             bubble_fraction=clock.bubble_fraction(), time_basis="simulated",
+                             result.trace, **result.transport.totals(), time_basis="simulated",
                              book=result.book)
     summary["refined_targets"] = refined
     tracker.finish(summary)
@@ -332,7 +303,7 @@ class _Pass:
 
     outcome: Outcome
     book: TargetBook
-    clock: EventClock
+    transport: SimulatedTransport
     trace: Trace
     d: int
     metrics_at: dict[int, float]
@@ -356,77 +327,19 @@ def _check_replay(first: _Pass, replay: _Pass) -> None:
 def _train_pass(run: PreparedRun, data: TaskData, evaluations: EvaluationSchedule,
                 log: Any, wall_start: float, show_progress: bool, begin: Any) -> _Pass:
     """Build the model, method and clock from the seed and train once (one pass)."""
-    config, task = run.config, run.task
-    model = build_seeded_model(task, run.profile, config.seed)
-    layout = FlatLayout.of(model)
-    params = layout.flatten(model)
-    gradients = WorkerGradients(model, layout, task.loss, vectorise=task.vectorise)
-    batches = ShardedBatches(data.num_train, config.workers, run.batch_size, config.seed)
-    method = run.spec.build(
-        MethodContext(d=layout.d, workers=config.workers, topology=config.topology,
-                      optimizer=run.optimizer,
-                      param_shapes=tuple(zip(layout.names, layout.shapes, strict=True)),
-                      seed=config.seed, iterations_per_epoch=batches.iterations_per_epoch,
-                      max_iters=run.max_iters),
-        run.options)
-    trace = run.condition.trace_for(layout.d, run.compute_time_s)
-    clock = EventClock(trace, topology=config.topology, workers=config.workers)
-    if begin is not None:
-        begin(layout.d, trace)
+    config = run.config
 
-    outcome = Outcome()
+    def trace_for(d: int) -> Trace:
+        return run.condition.trace_for(d, run.compute_time_s)
+
+    transport = SimulatedTransport(trace_for, config.topology, config.workers,
+                                   run.compute_time_s)
     _, book = evaluation_plan(run)
-    metrics_at: dict[int, float] = {}
-    in_flight: list[tuple[float, int, Observation]] = []  # (arrive_s, iteration, observation)
-    progress = RunProgress(total=run.max_iters, metric_name=task.metric_name,
-                           enabled=show_progress)
-
-    def evaluate() -> float:
-        eval_params = method.evaluation_params(params)
-        return task.evaluate(lambda inputs: gradients.forward(eval_params, inputs), data)
-
-    with progress:
-        for k in range(run.max_iters):
-            start_s = clock.next_start()
-            while in_flight and in_flight[0][0] <= start_s:
-                method.observe(heapq.heappop(in_flight)[2])
-            batch = batches.next()
-            t0 = time.perf_counter()
-            inputs, targets = data.train_batch(batch)
-            grads, losses = gradients(method.worker_params(params), inputs, targets)
-            loss = float(losses.mean())
-            if not math.isfinite(loss):
-                outcome.status, outcome.diverged_at_iteration = "diverged", k + 1
-                log({"iteration": k + 1, "loss": loss, "diverged": True,
-                     "sim_time_s": clock.now_s, "wall_time_s": time.perf_counter() - wall_start})
-                break
-            step = method.step(k, params, grads)
-            compute_s = (run.compute_time_s if run.compute_time_s is not None
-                         else (time.perf_counter() - t0) / config.workers)
-            timing = clock.step(compute_s, step.bits_per_worker, step.staleness, step.dense)
-            heapq.heappush(in_flight, (timing.arrive_s, k, _observation(timing)))
-            outcome.bits_sent += step.bits_per_worker
-            outcome.iterations = k + 1
-            row = _iteration_row(k, timing, step, loss, outcome.bits_sent, clock, trace)
-            last = k + 1 == run.max_iters or (
-                config.max_sim_time is not None and clock.now_s >= config.max_sim_time)
-            if evaluations.due(k + 1, book) or last:
-                metric = evaluate()
-                metrics_at[k + 1] = metric
-                record_evaluation(run, outcome, book, row, k + 1, metric, clock.model_ready_s())
-            if (k + 1) % config.log_every == 0 or "metric" in row or last:
-                row["wall_time_s"] = time.perf_counter() - wall_start
-                log(row)
-            progress.update(k + 1, clock.now_s, outcome.final_metric, step.delta,
-                            step.staleness)
-            if outcome.reached and config.stop_at_target:
-                outcome.status = "finished"
-                break
-            if last:
-                outcome.status = ("finished" if config.target is None or outcome.reached
-                                  else "budget_exhausted")
-                break
-    return _Pass(outcome, book, clock, trace, layout.d, metrics_at)
+    trained = train(run, data, transport, evaluations, book, log, wall_start=wall_start,
+                    show_progress=show_progress,
+                    begin=None if begin is None else (lambda d: begin(d, trace_for(d))))
+    return _Pass(trained.outcome, trained.book, transport, transport.trace, trained.d,
+                 trained.metrics_at)
 
 
 def evaluation_plan(run: PreparedRun) -> tuple[EvaluationSchedule, TargetBook]:
@@ -436,49 +349,6 @@ def evaluation_plan(run: PreparedRun) -> tuple[EvaluationSchedule, TargetBook]:
         ([config.target] if config.target is not None else []) + list(config.milestones)))
     return (EvaluationSchedule(run.eval_every, config.fine_eval_every, config.fine_eval_margin),
             TargetBook(targets, run.task.higher_is_better))
-
-
-def record_evaluation(run: PreparedRun, outcome: Outcome, book: TargetBook,
-                      row: dict[str, Any], iterations: int, metric: float,
-                      metric_time_s: float) -> None:
-    """One evaluation of the model after ``iterations`` iterations, existing at
-    ``metric_time_s``: into the metrics row, the outcome and the target book."""
-    outcome.final_metric = metric
-    row.update(metric=metric, metric_name=run.task.metric_name, metric_time_s=metric_time_s)
-    met = book.record(iterations, metric, metric_time_s)
-    if met:
-        row["targets_met"] = met
-    if run.config.target is not None and run.config.target in met:
-        outcome.reached = True
-        outcome.time_to_target_s, outcome.iters_to_target = metric_time_s, iterations
-        row["target_reached"] = True
-
-
-def _observation(timing: IterationTiming) -> Observation:
-    return Observation(iteration=timing.iteration, compute_s=timing.compute_s,
-                       link_bits=timing.link_bits, tx_start_s=timing.tx_start_s,
-                       tx_end_s=timing.tx_end_s, arrive_s=timing.arrive_s,
-                       latency_factor=timing.latency_factor)
-
-
-def _iteration_row(k: int, timing: IterationTiming, step, loss: float, bits_sent: int,
-                   clock: EventClock, trace: Trace) -> dict[str, Any]:
-    row = {
-        "iteration": k + 1,
-        "sim_time_s": timing.end_s,
-        "loss": loss,
-        "delta": step.delta,
-        "tau": step.staleness,
-        "bits": step.bits_per_worker,
-        "bits_sent": bits_sent,
-        "bubble_s": clock.total_bubble_s,
-        "compute_s": timing.compute_s,
-        "applied_messages": step.applied_messages,
-        "bandwidth_mbps": trace.bandwidth_at(timing.tx_start_s) / 1e6,
-        "latency_ms": trace.latency_at(timing.tx_end_s) * 1e3,
-    }
-    row.update(step.log)
-    return row
 
 
 def summary_fields(run: PreparedRun, outcome: Outcome, d: int, wall_s: float, trace: Trace, *,

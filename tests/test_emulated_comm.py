@@ -4,6 +4,7 @@ backend, lost ranks are named from the transport's message, and the consensus ob
 
 import math
 
+import pytest
 import torch
 
 from decobench.compressors import TopKCompressor
@@ -16,7 +17,7 @@ from decobench.emulated.comm import (
     lost_ranks_in,
     mean_update,
 )
-from decobench.emulated.worker import _consensus_observation, _Sent
+from decobench.emulated.transport import SentRecord, consensus_observation
 
 
 def test_dense_header_slots_come_back_exactly_after_a_sum():
@@ -72,19 +73,38 @@ def test_lost_rank_is_named_from_the_address_in_the_error():
 
 
 def test_consensus_observation_is_the_slowest_rank_and_same_everywhere():
-    sent = {4: _Sent(staleness=1, dense=False, bits=1000, compute_s=0.01)}
+    sent = {4: SentRecord(staleness=1, dense=False, bits=1000, compute_s=0.01)}
     headers = [
         {"obs_iteration": 4.0, "obs_compute_s": 0.02, "obs_tx_start_s": 1.0,
          "obs_tx_end_s": 1.5, "obs_arrive_s": 1.6},
         {"obs_iteration": 4.0, "obs_compute_s": 0.03, "obs_tx_start_s": 1.1,
          "obs_tx_end_s": 1.4, "obs_arrive_s": 1.7},
     ]
-    obs = _consensus_observation(headers, sent, workers=2, topology="ring")
+    obs = consensus_observation(headers, sent, workers=2, topology="ring")
     assert obs is not None
     assert (obs.iteration, obs.compute_s, obs.tx_start_s, obs.tx_end_s, obs.arrive_s) == (
         4, 0.03, 1.1, 1.5, 1.7)
     assert obs.link_bits == 1000 and obs.latency_factor == 1.0      # ring, n = 2: h = l = 1
     # ranks disagreeing on what they report, or nothing reported: no observation
-    assert _consensus_observation([headers[0], {**headers[1], "obs_iteration": 3.0}], sent,
+    assert consensus_observation([headers[0], {**headers[1], "obs_iteration": 3.0}], sent,
                                   2, "ring") is None
-    assert _consensus_observation([{"obs_iteration": math.nan}] * 2, sent, 2, "ring") is None
+    assert consensus_observation([{"obs_iteration": math.nan}] * 2, sent, 2, "ring") is None
+
+
+def test_a_message_the_codec_would_resize_is_an_error():
+    """A method charging bits the codec does not send (e.g. Rand-k's 32k) fails loudly."""
+    import torch
+
+    from decobench.compressors import Compressed
+    from decobench.emulated.comm import encode_message
+    from decobench.errors import DecobenchError
+    from decobench.wire import topk_wire_bits
+
+    values, indices = torch.ones(1, 5), torch.arange(5).reshape(1, 5)
+    honest = Compressed(values=values, indices=indices, d=1000,
+                        bits_per_worker=topk_wire_bits(5, 1000), delta=0.005)
+    assert encode_message(honest, {"iteration": 0.0, "flags": 0.0}, 0, 2).k == 5
+    randk = Compressed(values=values, indices=indices, d=1000, bits_per_worker=32 * 5,
+                       delta=0.005)
+    with pytest.raises(DecobenchError, match="messages are 160 bits but the wire codec"):
+        encode_message(randk, {"iteration": 0.0, "flags": 0.0}, 0, 2)

@@ -8,11 +8,8 @@
   shaping, probe, trace player, worker processes, fault handling and teardown;
 - :mod:`decobench.emulated.fidelity` — ``decobench fidelity``: both backends, one table.
 
-The methods that run here are the DD-EF-SGD family (D-SGD, DD-EF-SGD, DeCo-SGD and
-the paper's static strategy cocktail-sgd-topk): their
-step splits into a worker half and an aggregation half that this backend runs on separate
-ranks with the very same objects (:class:`decobench.methods.ddefsgd.DDEFSGD`).
+Every method's worker half (:meth:`Method.send`) and aggregation half
+(:meth:`Method.receive`) run here on separate ranks with the very same objects as on the
+simulated backend, unless its :class:`~decobench.methods.MethodSpec` declares that it cannot
+(``emulation``: the reason, shown in the error).
 """
-
-EMULATED_METHODS: tuple[str, ...] = ("d-sgd", "dd-ef-sgd", "deco-sgd", "cocktail-sgd-topk")
-"""Methods with an emulated implementation."""

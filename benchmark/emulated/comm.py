@@ -34,6 +34,7 @@ from torch import Tensor
 from decobench.compressors import Compressed, Update
 from decobench.emulated import codec
 from decobench.emulated.delivery import DeliveryDelay
+from decobench.errors import DecobenchError
 
 
 class PeerLost(RuntimeError):
@@ -95,8 +96,19 @@ def _dense_headers(region: Tensor, workers: int) -> list[dict[str, float]]:
 
 def encode_message(compressed: Compressed, header: dict[str, float], rank: int,
                    workers: int) -> Outgoing:
-    """This rank's row of ``compressed`` (``[1, ·]``) as the buffer its collective sends."""
+    """This rank's row of ``compressed`` (``[1, ·]``) as the buffer its collective sends.
+
+    The payload must be the ⌈W/8⌉ bytes the method charged the time model for; a method whose
+    messages the codec does not encode (its ``bits_per_worker`` is not the Top-k or dense
+    size) is an error, not a silently different message."""
     iteration = int(header["iteration"])
+    sent_bytes = (4 * compressed.d if compressed.dense
+                  else codec.payload_bytes(int(compressed.values.numel()), compressed.d))
+    if sent_bytes != -(-compressed.bits_per_worker // 8):
+        raise DecobenchError(
+            f"this method's messages are {compressed.bits_per_worker} bits but the wire codec "
+            f"would send {8 * sent_bytes} (it encodes Top-k and dense messages): declare "
+            "MethodSpec(emulation='reason') for methods with other messages")
     if compressed.dense:
         values = compressed.values.reshape(-1).to(torch.float32)
         buffer = torch.cat([values, _dense_header_slots(header, rank, workers).to(values.device)])

@@ -152,11 +152,10 @@ def render_markdown(rows: Sequence[FidelityRow], header: dict[str, Any]) -> str:
 
 
 def replayed(run: PreparedRun, emulated_rows: Sequence[dict[str, Any]]) -> PreparedRun:
-    """``run`` with its method's (δ, τ) controller replaced by the emulated run's schedule
-    (:class:`~decobench.methods.controllers.ReplayController`); methods that are not
-    DD-EF-SGD-based, or D-SGD, are returned unchanged."""
-    from decobench.methods.controllers import ReplayController, Schedule
-    from decobench.methods.ddefsgd import DDEFSGD
+    """``run`` whose method follows the emulated run's (δ, τ) schedule
+    (:meth:`~decobench.methods.Method.replay`); methods that cannot replay one, or D-SGD, are
+    returned unchanged."""
+    from decobench.methods.controllers import Schedule
 
     schedules = [Schedule(float(r["delta"]), int(r["tau"]))
                  for r in sorted(emulated_rows, key=lambda r: int(r["iteration"]))
@@ -165,8 +164,8 @@ def replayed(run: PreparedRun, emulated_rows: Sequence[dict[str, Any]]) -> Prepa
 
     def build(context: Any, options: Any) -> Any:
         method = original(context, options)
-        if isinstance(method, DDEFSGD) and method.error_feedback is not None:
-            method.controller = ReplayController(schedules)
+        if run.config.method != "d-sgd":
+            method.replay(schedules)
         return method
 
     return dataclasses.replace(run, spec=dataclasses.replace(run.spec, build=build))

@@ -34,7 +34,6 @@ from typing import Any
 import yaml
 
 from decobench.atomicio import write_text_atomic
-from decobench.emulated import EMULATED_METHODS
 from decobench.emulated.worker import FAILURE, default_timeout_s
 from decobench.errors import DecobenchError
 from decobench.rundir import SUMMARY, RunDirectory, read_summary
@@ -60,10 +59,9 @@ def check_emulation(run: PreparedRun) -> str:
     from decobench.netem.netns import require_root, resolve_latency_mechanism
 
     config = run.config
-    if config.method not in EMULATED_METHODS:
-        raise DecobenchError(f"method {config.method} has no emulated implementation yet; "
-                             f"the emulated backend runs {', '.join(EMULATED_METHODS)} "
-                             "(the other methods run on the simulated backend)")
+    if run.spec.emulation is not None:
+        raise DecobenchError(f"method {config.method} cannot run on the emulated backend: "
+                             f"{run.spec.emulation} (it runs on the simulated backend)")
     if config.workers < 2:
         raise DecobenchError("the emulated backend needs --workers 2 or more (one worker has "
                              "no link to emulate)")

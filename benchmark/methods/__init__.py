@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from decobench.compressors import TopKCompressor
 from decobench.methods.base import (
+    Due,
+    LocalExchange,
     Method,
     MethodContext,
     MethodOptions,
     MethodSpec,
     Observation,
+    Sent,
     StepResult,
 )
 from decobench.methods.controllers import StaticController, deco_controller
@@ -64,6 +67,6 @@ def get_method_spec(name: str) -> MethodSpec:
     return METHODS.get(name)
 
 
-__all__ = ["DDEFSGD", "DD_EF_SGD_SPEC", "DECO_SGD_SPEC", "METHODS", "Method", "MethodContext",
-           "MethodOptions", "MethodSpec", "Observation", "StepResult", "get_method_spec",
-           "method_specs", "register_method"]
+__all__ = ["DDEFSGD", "DD_EF_SGD_SPEC", "DECO_SGD_SPEC", "METHODS", "Due", "LocalExchange",
+           "Method", "MethodContext", "MethodOptions", "MethodSpec", "Observation", "Sent",
+           "StepResult", "get_method_spec", "method_specs", "register_method"]

@@ -1,7 +1,19 @@
 """The method interface every training method implements.
 
-A method turns the n workers' gradients of one iteration into the parameters of the next
-iteration, and says what it put on the wire (δ, τ, bits) so the time model can charge it.
+A method has two halves, so that one training loop serves every backend over a transport
+(:mod:`decobench.loop`):
+
+- the **worker half**, :meth:`Method.send`: the gradients of the workers this process holds
+  (all n on the simulated backend, one per rank on the emulated one) become the messages they
+  send, with the staleness τ they travel with (:class:`Sent`: δ, τ and bits, which the time
+  model charges);
+- the **aggregation half**, :meth:`Method.receive`: the messages the transport says are due
+  at this iteration, each already the mean over the n workers (:class:`Due`), become the
+  parameters of the next iteration.
+
+The transport owns what lies between: the collective, the delay until s + τ_s, the clock.
+:meth:`Method.step` runs both halves in one process holding all n workers (tests, and the
+library's optimizer-step use).
 Methods are built from the shared machinery (compressors, error feedback, the delay queue,
 the shared optimizer); they never read the network trace: what they know of the network
 is the :class:`Observation` of each transfer the backend reports once it has arrived.
@@ -11,7 +23,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -19,6 +31,8 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import Tensor
 
+from decobench.compressors import Compressed, Update
+from decobench.message_queue import DelayQueue
 from decobench.optimizer import OptimizerConfig
 
 
@@ -93,23 +107,83 @@ class StepResult:
     log: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Sent:
+    """The worker half's result at one iteration: ``payload`` holds one message per worker
+    this process computes (rows), sent with staleness ``staleness``; ``log`` adds fields to
+    the iteration's metrics row."""
+
+    payload: Compressed
+    staleness: int
+    log: dict[str, Any] = field(default_factory=dict)
+
+    def result(self, applied_messages: int, log: dict[str, Any] | None = None) -> StepResult:
+        """The iteration's :class:`StepResult` once ``applied_messages`` were applied."""
+        return StepResult(delta=self.payload.delta, staleness=self.staleness,
+                          bits_per_worker=self.payload.bits_per_worker,
+                          dense=self.payload.dense, applied_messages=applied_messages,
+                          log={**self.log, **(log or {})})
+
+
+@dataclass(frozen=True)
+class Due:
+    """A message due at this iteration: sent at iteration ``sent_at``, aggregated over the n
+    workers (``update`` = (1/n) Σ_i Δ^i_s, as :meth:`Compressed.mean` gives it)."""
+
+    sent_at: int
+    update: Update
+
+
+class LocalExchange:
+    """The exchange of a process that holds all n workers: the mean of the sent rows, kept
+    in a :class:`DelayQueue` until s + τ_s (deco-sgd.md §2). The simulated transport uses it,
+    and so does :meth:`Method.step`."""
+
+    def __init__(self) -> None:
+        self.queue: DelayQueue[Update] = DelayQueue()
+
+    def exchange(self, iteration: int, sent: Sent) -> list[Due]:
+        """Send this iteration's messages; returns those due at ``iteration`` in send order."""
+        self.queue.push(iteration, sent.staleness, sent.payload.mean())
+        return [Due(m.sent_at, m.update) for m in self.queue.pop_due(iteration)]
+
+
 class Method(ABC):
-    """One training method. ``step`` updates ``params`` in place."""
+    """One training method, as a worker half (:meth:`send`) and an aggregation half
+    (:meth:`receive`)."""
 
     name: ClassVar[str]
 
     @abstractmethod
+    def send(self, iteration: int, params: Tensor, gradients: Tensor) -> Sent:
+        """Worker half: the ``[m, d]`` gradients of iteration ``iteration`` of the m workers
+        this process holds (taken at :meth:`worker_params`) → their messages and τ."""
+
+    @abstractmethod
+    def receive(self, iteration: int, params: Tensor, due: Sequence[Due]) -> dict[str, Any]:
+        """Aggregation half: apply the messages due at ``iteration`` (in send order) and
+        update ``params`` in place to x_{t+1}; returns extra fields for the metrics row."""
+
     def step(self, iteration: int, params: Tensor, gradients: Tensor) -> StepResult:
-        """Consume the ``[n, d]`` gradients of iteration ``iteration`` (taken at ``params``)
-        and update ``params`` to x_{t+1}."""
+        """Both halves in one process holding all n workers (``gradients`` is ``[n, d]``)."""
+        exchange = self.__dict__.setdefault("_local_exchange", LocalExchange())
+        sent = self.send(iteration, params, gradients)
+        due = exchange.exchange(iteration, sent)
+        return sent.result(len(due), self.receive(iteration, params, due))
 
     def observe(self, observation: Observation) -> None:
         """A transfer has arrived; adaptive methods update their measurements."""
         return None
 
+    def replay(self, schedules: Sequence[Any]) -> bool:
+        """Follow a recorded ``(δ_t, τ_t)`` sequence (:class:`~decobench.methods.controllers.
+        Schedule` items) instead of deciding; returns whether this method can (default: no).
+        The fidelity check replays an emulated run's decisions on the simulated clock."""
+        return False
+
     def worker_params(self, params: Tensor) -> Tensor:
         """Where the workers take this iteration's gradients: the shared x_t (``[d]``), or an
-        ``[n, d]`` stack for methods whose workers hold different models (DGA)."""
+        ``[m, d]`` stack for methods whose workers hold different models (DGA)."""
         return params
 
     def evaluation_params(self, params: Tensor) -> Tensor:
@@ -119,9 +193,14 @@ class Method(ABC):
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """A registered method: its name, one-line summary, typed options and factory."""
+    """A registered method: its name, one-line summary, typed options and factory.
+
+    ``emulation`` is None when the method runs on the emulated backend (its messages are
+    Top-k or dense, which the wire codec encodes), else the reason it cannot, shown in the
+    error when one asks for it."""
 
     name: str
     summary: str
     options: type[MethodOptions]
     build: Callable[[MethodContext, MethodOptions], Method]
+    emulation: str | None = None

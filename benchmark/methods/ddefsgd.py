@@ -9,14 +9,16 @@ D-SGD is δ = 1, τ = 0; DeCo-SGD is this optimizer with (δ_t, τ_t) from the D
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 from torch import Tensor
 
-from decobench.compressors import Compressed, Compressor, DenseCompressor, Update
+from decobench.compressors import Compressor, DenseCompressor
 from decobench.error_feedback import ErrorFeedback
-from decobench.message_queue import DelayQueue
-from decobench.methods.base import Method, MethodContext, Observation, StepResult
-from decobench.methods.controllers import Controller, Schedule
+from decobench.methods.base import Due, Method, MethodContext, Observation, Sent
+from decobench.methods.controllers import Controller, ReplayController
 from decobench.optimizer import SharedOptimizer
 
 
@@ -38,42 +40,32 @@ class DDEFSGD(Method):
         self.error_feedback = (None if isinstance(compressor, DenseCompressor)
                                else ErrorFeedback(context.local_workers, context.d,
                                              device=context.device))
-        self.queue: DelayQueue[Update] = DelayQueue()
         self.optimizer = SharedOptimizer(context.optimizer)
 
     def observe(self, observation: Observation) -> None:
         self.controller.observe(observation)
 
-    def step(self, iteration: int, params: Tensor, gradients: Tensor) -> StepResult:
-        schedule, compressed = self.compress_local(iteration, gradients)
-        self.queue.push(iteration, schedule.staleness, compressed.mean())
-        applied = self.apply_due(iteration, params)
-        return self.result(schedule, compressed, applied)
+    def replay(self, schedules: Sequence[Any]) -> bool:
+        self.controller = ReplayController(schedules)
+        return True
 
-    def compress_local(self, iteration: int, gradients: Tensor) -> tuple[Schedule, Compressed]:
-        """The worker-side half of an iteration for the ``[m, d]`` gradients this process
-        holds (m = n in simulation, 1 per rank in emulation): pick (δ_t, τ_t), then
-        p = e + g, Δ = C_δ(p), e ← p − Δ (§2). Returns the schedule and the messages."""
+    def send(self, iteration: int, params: Tensor, gradients: Tensor) -> Sent:
+        """The worker half for the ``[m, d]`` gradients this process holds (m = n in
+        simulation, 1 per rank in emulation): pick (δ_t, τ_t), then p = e + g, Δ = C_δ(p),
+        e ← p − Δ (§2)."""
         schedule = self.controller.schedule(iteration)
         if self.error_feedback is None:
             compressed = self.compressor.compress(gradients, schedule.delta, iteration)
         else:
             compressed = self.error_feedback.step(gradients, self.compressor, schedule.delta,
                                                   iteration)
-        return schedule, compressed
+        return Sent(compressed, schedule.staleness, self.controller.log())
 
-    def apply_due(self, iteration: int, params: Tensor) -> int:
-        """The aggregation half: u_t = Σ of the queued updates due at ``iteration`` (each
-        already the mean over the n workers), then x_{t+1} = optimizer step on u_t.
-        Returns the number of messages applied."""
-        due = self.queue.pop_due(iteration)
+    def receive(self, iteration: int, params: Tensor, due: Sequence[Due]) -> dict[str, Any]:
+        """The aggregation half: u_t = Σ of the updates due at ``iteration`` (each already
+        the mean over the n workers), then x_{t+1} = optimizer step on u_t."""
         update = torch.zeros_like(params)
         for message in due:
             message.update.add_to(update)
         self.optimizer.step(params, update, iteration)
-        return len(due)
-
-    def result(self, schedule: Schedule, compressed: Compressed, applied: int) -> StepResult:
-        return StepResult(delta=compressed.delta, staleness=schedule.staleness,
-                          bits_per_worker=compressed.bits_per_worker, dense=compressed.dense,
-                          applied_messages=applied, log=self.controller.log())
+        return {}

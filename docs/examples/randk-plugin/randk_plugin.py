@@ -32,4 +32,5 @@ class RandKOptions(MethodOptions):
 RANDK_SPEC = MethodSpec(
     "randk-sgd", "Rand-k SGD with error feedback (shared random coordinates)", RandKOptions,
     lambda context, options: DDEFSGD(context, RandK(),
-                                     StaticController(options.delta, options.tau)))
+                                     StaticController(options.delta, options.tau)),
+    emulation="its 32k-bit messages have no wire codec (the emulated backend sends Top-k)")

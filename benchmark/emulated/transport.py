@@ -1,0 +1,247 @@
+"""The distributed transport: one worker per rank, real collectives, measured time.
+
+This rank's messages go to a background :class:`~decobench.emulated.comm.Communicator`
+(all-gather of ⌈W/8⌉-byte frames, or a dense all-reduce) as soon as they are sent; a message
+sent at s with staleness τ_s is waited for at iteration s + τ_s (blocking only if it has not
+arrived) and handed to the method as the mean over the n workers.
+
+Clocks: the trace clock is wall time since the ranks left a common barrier (the trace player
+and the communication layer's latency use it); the training clock is the trace clock minus
+the time the leader spent evaluating, and is what the rows report as ``sim_time_s``
+(``time_basis: measured``).
+
+Agreement between ranks: every message's header carries its sender's measurements of the
+transfer it last applied and stop / divergence flags. All ranks apply message s at iteration
+s + τ_s and read the same n headers there, so adaptive methods see the same observations at
+the same iteration on every rank (given to the method when the next iteration starts) and
+choose the same (δ, τ), and all ranks stop after the same iteration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from decobench.atomicio import write_text_atomic
+from decobench.emulated.comm import Arrival, Communicator, encode_message
+from decobench.emulated.delivery import DeliveryDelay
+from decobench.loop import IterationTimes
+from decobench.methods import Due, Method, Observation, Sent
+from decobench.netem.trace import Trace
+from decobench.topology import topology_factors
+
+FLAG_STOP = 1
+"""Header flag: the sender asks every rank to stop (target met or time budget spent)."""
+FLAG_DIVERGED = 2
+"""Header flag: the sender's loss was not finite at the message's iteration."""
+KEEP_RECORDS = 64
+"""Iterations of sent-message records kept after they were applied (headers refer back)."""
+
+
+@dataclass
+class SentRecord:
+    """What this rank remembers of a message it sent."""
+
+    staleness: int
+    dense: bool
+    bits: int
+    compute_s: float
+    arrival: Arrival | None = None
+
+
+class RankClock:
+    """Trace clock (since the common start) and training clock (minus evaluation pauses)."""
+
+    def __init__(self) -> None:
+        self.origin = time.monotonic()
+        self.paused_s = 0.0
+
+    def trace_s(self) -> float:
+        return time.monotonic() - self.origin
+
+    def train_s(self) -> float:
+        return self.trace_s() - self.paused_s
+
+
+def consensus_observation(headers: list[dict[str, float]], sent: dict[int, SentRecord],
+                          workers: int, topology: str) -> Observation | None:
+    """The transfer every header reports on, as all ranks agree to see it: the slowest
+    rank's compute, the latest start, end and arrival (seconds on the ranks' own clocks,
+    which start together at the barrier)."""
+    iterations = {h["obs_iteration"] for h in headers}
+    if len(iterations) != 1:
+        return None
+    j = next(iter(iterations))
+    if not math.isfinite(j) or int(j) not in sent:
+        return None
+    record = sent[int(j)]
+    factors = topology_factors(topology, workers, dense=record.dense)
+    tx_start = max(h["obs_tx_start_s"] for h in headers)
+    tx_end = max(max(h["obs_tx_end_s"] for h in headers), tx_start)
+    arrive = max(max(h["obs_arrive_s"] for h in headers), tx_end)
+    return Observation(iteration=int(j), compute_s=max(h["obs_compute_s"] for h in headers),
+                       link_bits=factors.h * record.bits, tx_start_s=tx_start, tx_end_s=tx_end,
+                       arrive_s=arrive, latency_factor=factors.l)
+
+
+class DistributedTransport:
+    """:class:`~decobench.loop.Transport` of one emulated rank (see the module docstring).
+
+    ``trace_for(d)``: the network for a model of d parameters (built at :meth:`start`);
+    ``latency_mechanism``: ``kernel`` (the network adds the latency) or ``comm-layer``
+    (:class:`DeliveryDelay` adds ``l·b(t)``); ``start_file``: the leader writes the monotonic time of the common start there (a trace
+    player waits for it); ``addresses``: each rank's IP, to name a lost rank.
+    """
+
+    time_basis = "measured"
+
+    def __init__(self, rank: int, workers: int, topology: str,
+                 trace_for: Callable[[int], Trace], latency_mechanism: str, timeout_s: float,
+                 device: torch.device, addresses: tuple[str, ...] = (),
+                 start_file: Path | None = None) -> None:
+        self.rank, self.workers, self.topology = rank, workers, topology
+        self.trace_for, self.latency_mechanism = trace_for, latency_mechanism
+        self.rows = slice(rank, rank + 1)
+        self.leader = rank == 0
+        self.device = device
+        self.timeout_s, self.addresses = timeout_s, addresses
+        self.start_file = start_file
+        self.clock = RankClock()
+        self.comm: Communicator | None = None
+        self.sent: dict[int, SentRecord] = {}
+        self.unapplied: list[int] = []
+        self.report_next: int | None = None      # the transfer our next header reports on
+        self.stop_after: int | None = None
+        self.stop_requested = False
+        self.diverged_here = False
+        self.agreed_divergence: int | None = None
+        self.bubble_s = 0.0
+        self.last_end = 0.0
+        self._observed: list[Observation] = []
+        self._start = self._end = 0.0
+        self._waited = 0.0
+        self._transfer: Arrival | None = None
+
+    def start(self, method: Method, d: int) -> None:
+        self.trace = self.trace_for(d)
+        delay = DeliveryDelay(self.trace, "kernel" if self.latency_mechanism == "kernel"
+                              else "comm-layer", self.topology, self.workers)
+        self.comm = Communicator(rank=self.rank, workers=self.workers, d=d, delay=delay,
+                                 clock=self.clock.trace_s, timeout_s=self.timeout_s,
+                                 device=self.device, addresses=self.addresses)
+        dist.barrier()
+        self.clock.origin = time.monotonic()
+        if self.leader and self.start_file is not None:
+            write_text_atomic(self.start_file, f"{self.clock.origin!r}\n")
+        self.comm.start()
+
+    def observations(self, iteration: int) -> list[Observation]:
+        self._start = self.clock.train_s()
+        observed, self._observed = self._observed, []
+        return observed
+
+    def flag_divergence(self, iteration: int) -> None:
+        self.diverged_here = True
+
+    def submit(self, iteration: int, sent: Sent) -> None:
+        assert self.comm is not None, "start() first"
+        flags = ((FLAG_STOP if self.stop_requested else 0)
+                 | (FLAG_DIVERGED if self.diverged_here else 0))
+        self.diverged_here = False
+        header = {"iteration": float(iteration), "flags": float(flags)}
+        reported = self.sent.get(self.report_next) if self.report_next is not None else None
+        if reported is not None and reported.arrival is not None:
+            arrival = reported.arrival
+            header.update(obs_iteration=float(self.report_next),
+                          obs_compute_s=reported.compute_s, obs_tx_start_s=arrival.tx_start_s,
+                          obs_tx_end_s=arrival.tx_end_s, obs_arrive_s=arrival.arrive_s)
+        self.comm.submit(encode_message(sent.payload, header, self.rank, self.workers))
+        self._end = self.clock.train_s()
+        self.sent[iteration] = SentRecord(staleness=sent.staleness, dense=sent.payload.dense,
+                                          bits=sent.payload.bits_per_worker,
+                                          compute_s=self._end - self._start)
+        self.unapplied.append(iteration)
+
+    def due(self, iteration: int) -> list[Due]:
+        assert self.comm is not None, "start() first"
+        due = [s for s in self.unapplied if s + self.sent[s].staleness <= iteration]
+        self._waited, self._transfer, self.report_next = 0.0, None, None
+        arrived: list[Due] = []
+        for s in due:
+            arrival, wait_s = self.comm.wait(s)
+            self._waited += wait_s
+            self.sent[s].arrival = arrival
+            self._transfer = arrival
+            self.unapplied.remove(s)
+            self.report_next = s
+            observation = consensus_observation(arrival.headers, self.sent, self.workers,
+                                                self.topology)
+            if observation is not None:
+                self._observed.append(observation)
+            raised = [int(h["flags"]) for h in arrival.headers]
+            if any(f & FLAG_STOP for f in raised):
+                self.stop_after = iteration
+            if any(f & FLAG_DIVERGED for f in raised):
+                self.stop_after = iteration
+                self.agreed_divergence = (s + 1 if self.agreed_divergence is None
+                                          else min(self.agreed_divergence, s + 1))
+            arrived.append(Due(s, arrival.update))
+        self.bubble_s += self._waited
+        for s in [s for s in self.sent
+                  if s < iteration - KEEP_RECORDS and s not in self.unapplied]:
+            del self.sent[s]                          # keep the record bounded
+        return arrived
+
+    def complete(self, iteration: int, sent: Sent, work_s: float) -> IterationTimes:
+        transfer, paused = self._transfer, self.clock.paused_s
+        extra = {"wait_s": self._waited}
+        if transfer is not None:
+            extra.update(tx_s=transfer.tx_end_s - transfer.tx_start_s,
+                         tx_start_s=transfer.tx_start_s - paused,
+                         arrive_s=transfer.arrive_s - paused)
+        self.last_end = self._end
+        now = self.clock.trace_s()
+        return IterationTimes(
+            sim_time_s=self._end, bubble_s=self.bubble_s, compute_s=self._end - self._start,
+            bandwidth_mbps=self.trace.bandwidth_at(now) / 1e6,
+            latency_ms=self.trace.latency_at(now) * 1e3, extra=extra)
+
+    def now_s(self) -> float:
+        return self.clock.train_s()
+
+    def model_ready_s(self) -> float:
+        return self.clock.train_s()
+
+    @contextlib.contextmanager
+    def evaluation_pause(self) -> Iterator[None]:
+        paused = time.monotonic()
+        try:
+            yield
+        finally:
+            self.clock.paused_s += time.monotonic() - paused
+
+    def request_stop(self) -> None:
+        self.stop_requested = True
+
+    def stopping(self, iteration: int) -> bool:
+        return self.stop_after == iteration
+
+    def diverged_at(self) -> int | None:
+        return self.agreed_divergence
+
+    def totals(self) -> dict[str, float]:
+        total = self.last_end
+        return {"sim_time_s": total, "bubble_s": self.bubble_s,
+                "bubble_fraction": self.bubble_s / total if total > 0 else 0.0}
+
+    def close(self, drain: bool) -> None:
+        """Stop the background thread (after its queued collectives when ``drain``)."""
+        if self.comm is not None:
+            self.comm.close(drain=drain)

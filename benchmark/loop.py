@@ -1,0 +1,292 @@
+"""The training loop: one, for every backend, written against a :class:`Transport`.
+
+Iteration k of the process (which holds the workers ``transport.rows``)::
+
+    method.observe(o)              for each transfer the transport reports before k
+    g = ∇f_i(x_k) for the workers i this process holds      (one vectorised pass)
+    sent = method.send(k, x_k, g)                            worker half (deco-sgd.md §2)
+    transport.submit(k, sent)      the collective on the emulated backend, the event clock
+                                   (deco-sgd.md §4) on the simulated one
+    due = transport.due(k)         the messages with s + τ_s = k, each the mean over n
+    method.receive(k, x_k, due)    aggregation half → x_{k+1}
+    the leader: the metrics row, evaluation when due (timed when x_{k+1} exists), targets
+
+A run ends when the target is met (``stop_at_target``), the iteration or time budget is
+spent, or a loss is not finite (status ``diverged``). On the emulated backend the ranks agree
+on stopping through the transport (a stop asked for at iteration k takes effect when its
+message is due everywhere), so every rank leaves after the same iteration.
+
+What differs between backends lives in the transport: which workers a process computes,
+the clock (simulated or measured), the fields of the row that time an iteration, how a
+stop or a divergence is agreed. Set-up, evaluation, targets, status, rows, progress and
+tracking are here, once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from decobench.evaluation import EvaluationSchedule, TargetBook
+from decobench.flat import FlatLayout
+from decobench.gradients import WorkerGradients
+from decobench.methods import Due, Method, MethodContext, Observation, Sent
+from decobench.progress import RunProgress
+from decobench.sharding import ShardedBatches
+from decobench.tasks import TaskData
+from decobench.tasks.base import build_seeded_model
+
+
+@dataclass(frozen=True)
+class IterationTimes:
+    """How the transport timed one iteration, for its metrics row: ``sim_time_s`` (end of
+    the iteration on the run's clock), ``bubble_s`` (total time spent waiting so far),
+    ``compute_s``, backend-specific ``extra`` fields, and the network at that time."""
+
+    sim_time_s: float
+    bubble_s: float
+    compute_s: float
+    bandwidth_mbps: float
+    latency_ms: float
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class Transport(Protocol):
+    """What lies between the worker half and the aggregation half of a method.
+
+    ``rows``: the workers whose gradients this process computes (all n, or one rank's);
+    ``leader``: this process evaluates and writes the run directory; ``device``: where the
+    model lives.
+    """
+
+    rows: slice
+    leader: bool
+    device: torch.device
+    time_basis: str
+
+    def start(self, method: Method, d: int) -> None:
+        """Training starts now (after set-up); ``d`` parameters."""
+
+    def observations(self, iteration: int) -> Sequence[Observation]:
+        """Transfers that completed before ``iteration`` starts, to give the method."""
+
+    def flag_divergence(self, iteration: int) -> None:
+        """This process's loss at ``iteration`` is not finite."""
+
+    def submit(self, iteration: int, sent: Sent) -> None:
+        """Send this process's messages of ``iteration``."""
+
+    def due(self, iteration: int) -> list[Due]:
+        """The messages due at ``iteration`` (s + τ_s = iteration), in send order, each the
+        mean over the n workers; waits for them if they have not arrived."""
+
+    def complete(self, iteration: int, sent: Sent, work_s: float) -> IterationTimes:
+        """The iteration is done (``work_s``: wall time of its computation here)."""
+
+    def now_s(self) -> float:
+        """The run's clock (simulated or measured training time)."""
+
+    def model_ready_s(self) -> float:
+        """When x_{k+1} of the last completed iteration exists (a metric's time)."""
+
+    def evaluation_pause(self) -> contextlib.AbstractContextManager[None]:
+        """Evaluation happens inside this context (a measured clock excludes it)."""
+
+    def request_stop(self) -> None:
+        """This process asks every worker to stop (target met or time budget spent)."""
+
+    def stopping(self, iteration: int) -> bool:
+        """All workers agreed to stop after ``iteration``."""
+
+    def diverged_at(self) -> int | None:
+        """The first iteration (1-based) whose loss was not finite, once agreed; else None."""
+
+    def totals(self) -> dict[str, float]:
+        """``sim_time_s``, ``bubble_s`` and ``bubble_fraction`` of the whole run."""
+
+
+@dataclass
+class Outcome:
+    """How a run ended, filled in as it trains."""
+
+    status: str = "budget_exhausted"
+    reached: bool = False
+    time_to_target_s: float | None = None
+    iters_to_target: int | None = None
+    final_metric: float | None = None
+    diverged_at_iteration: int | None = None
+    bits_sent: int = 0
+    iterations: int = 0
+
+
+@dataclass
+class Trained:
+    """One pass of training: how it ended, its targets, and what it evaluated when."""
+
+    outcome: Outcome
+    book: TargetBook
+    d: int
+    metrics_at: dict[int, float]
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """What the loop needs of a prepared run (:class:`decobench.runner.PreparedRun`)."""
+
+    max_iters: int
+    batch_size: int
+    log_every: int
+    target: float | None
+    stop_at_target: bool
+    max_sim_time: float | None
+
+
+def record_evaluation(outcome: Outcome, book: TargetBook, target: float | None,
+                      row: dict[str, Any], iterations: int, metric: float, metric_name: str,
+                      metric_time_s: float) -> None:
+    """One evaluation of the model after ``iterations`` iterations, existing at
+    ``metric_time_s``: into the metrics row, the outcome and the target book."""
+    outcome.final_metric = metric
+    row.update(metric=metric, metric_name=metric_name, metric_time_s=metric_time_s)
+    met = book.record(iterations, metric, metric_time_s)
+    if met:
+        row["targets_met"] = met
+    if target is not None and target in met:
+        outcome.reached = True
+        outcome.time_to_target_s, outcome.iters_to_target = metric_time_s, iterations
+        row["target_reached"] = True
+
+
+def train(run: Any, data: TaskData, transport: Transport, evaluations: EvaluationSchedule,
+          book: TargetBook, log: Callable[[dict[str, Any]], None], *, wall_start: float,
+          show_progress: bool, begin: Callable[[int], None] | None = None) -> Trained:
+    """Build the model, method and batches from the seed and train once over ``transport``.
+
+    ``run`` is a :class:`decobench.runner.PreparedRun`; ``log`` receives the leader's
+    metrics rows; ``begin(d)`` is called once the model exists, before training.
+    """
+    config, task = run.config, run.task
+    n = config.workers
+    model = build_seeded_model(task, run.profile, config.seed).to(transport.device)
+    layout = FlatLayout.of(model)
+    params = layout.flatten(model).to(transport.device)
+    gradients = WorkerGradients(model, layout, task.loss, vectorise=task.vectorise)
+    batches = ShardedBatches(data.num_train, n, run.batch_size, config.seed)
+    rows = transport.rows
+    local = len(range(n)[rows])
+    method = run.spec.build(
+        MethodContext(d=layout.d, workers=n, topology=config.topology, optimizer=run.optimizer,
+                      param_shapes=tuple(zip(layout.names, layout.shapes, strict=True)),
+                      device=transport.device, seed=config.seed,
+                      iterations_per_epoch=batches.iterations_per_epoch,
+                      max_iters=run.max_iters, gradient_rows=None if local == n else local),
+        run.options)
+    if begin is not None:
+        begin(layout.d)
+    leader = transport.leader
+    outcome = Outcome()
+    metrics_at: dict[int, float] = {}
+    progress = RunProgress(total=run.max_iters, metric_name=task.metric_name,
+                           enabled=show_progress and leader)
+
+    def evaluate() -> float:
+        eval_params = method.evaluation_params(params)
+        return task.evaluate(lambda inputs: gradients.forward(eval_params, inputs), data)
+
+    transport.start(method, layout.d)
+    with progress:
+        for k in range(run.max_iters):
+            for observation in transport.observations(k):
+                method.observe(observation)
+            batch = batches.next()[rows]
+            t0 = time.perf_counter()
+            inputs, targets = data.train_batch(batch)
+            grads, losses = gradients(method.worker_params(params),
+                                      inputs.to(transport.device), targets.to(transport.device))
+            loss = float(losses.mean())
+            if not math.isfinite(loss):
+                transport.flag_divergence(k)
+            if transport.diverged_at() is not None:      # agreed at once (one process)
+                outcome.status, outcome.diverged_at_iteration = "diverged", k + 1
+                if leader:
+                    log({"iteration": k + 1, "loss": loss, "diverged": True,
+                         "sim_time_s": transport.now_s(),
+                         "wall_time_s": time.perf_counter() - wall_start})
+                break
+            sent = method.send(k, params, grads)
+            transport.submit(k, sent)
+            due = transport.due(k)
+            step = sent.result(len(due), method.receive(k, params, due))
+            times = transport.complete(k, sent, time.perf_counter() - t0)
+            outcome.bits_sent += step.bits_per_worker
+            outcome.iterations = k + 1
+            diverged_at = transport.diverged_at()       # agreed through the messages
+            if not leader:
+                if diverged_at is not None or transport.stopping(k):
+                    break
+                continue
+            row = _row(k, times, step, loss, outcome.bits_sent)
+            if diverged_at is not None:
+                outcome.status, outcome.diverged_at_iteration = "diverged", diverged_at
+                row["diverged"] = True
+                row["wall_time_s"] = time.perf_counter() - wall_start
+                log(row)
+                break
+            if config.max_sim_time is not None and transport.now_s() >= config.max_sim_time:
+                transport.request_stop()
+            last = k + 1 == run.max_iters or transport.stopping(k)
+            if evaluations.due(k + 1, book) or last:
+                ready = transport.model_ready_s()
+                with transport.evaluation_pause():
+                    metric = evaluate()
+                metrics_at[k + 1] = metric
+                record_evaluation(outcome, book, config.target, row, k + 1, metric,
+                                  task.metric_name, ready)
+                if outcome.reached and config.stop_at_target:
+                    transport.request_stop()
+            if (k + 1) % config.log_every == 0 or "metric" in row or last:
+                row["wall_time_s"] = time.perf_counter() - wall_start
+                log(row)
+            progress.update(k + 1, times.sim_time_s, outcome.final_metric, step.delta,
+                            step.staleness)
+            if outcome.reached and config.stop_at_target and transport.stopping(k):
+                outcome.status = "finished"
+                break
+            if last or transport.stopping(k):
+                outcome.status = ("finished" if config.target is None or outcome.reached
+                                  else "budget_exhausted")
+                break
+    return Trained(outcome, book, layout.d, metrics_at)
+
+
+def _row(k: int, times: IterationTimes, step: Any, loss: float,
+         bits_sent: int) -> dict[str, Any]:
+    """The metrics row of iteration k (interfaces.md "metrics.jsonl")."""
+    return {
+        "iteration": k + 1,
+        "sim_time_s": times.sim_time_s,
+        "loss": loss,
+        "delta": step.delta,
+        "tau": step.staleness,
+        "bits": step.bits_per_worker,
+        "bits_sent": bits_sent,
+        "bubble_s": times.bubble_s,
+        "compute_s": times.compute_s,
+        **times.extra,
+        "applied_messages": step.applied_messages,
+        "bandwidth_mbps": times.bandwidth_mbps,
+        "latency_ms": times.latency_ms,
+        **step.log,
+    }
+
+
+@contextlib.contextmanager
+def no_pause() -> Iterator[None]:
+    """Evaluation on a simulated clock takes no time."""
+    yield

@@ -1,0 +1,110 @@
+"""The simulated transport: all n workers in one process, time on the event clock.
+
+The exchange is local (:class:`~decobench.methods.LocalExchange`: the mean of the n rows,
+held until s + τ_s), and each iteration advances the :class:`~decobench.timemodel.EventClock`
+of deco-sgd.md §4 with the compute time T (the profile's, or the measured wall time / n) and
+the bits the method sent. A transfer's :class:`~decobench.methods.Observation` is given to
+the method at the first iteration that starts after it arrived. A stop or a divergence takes
+effect at once (one process holds every worker).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+
+import torch
+
+from decobench.loop import IterationTimes, no_pause
+from decobench.methods import Due, LocalExchange, Method, Observation, Sent
+from decobench.netem.trace import Trace
+from decobench.timemodel import EventClock, IterationTiming
+
+
+class SimulatedTransport:
+    """:class:`~decobench.loop.Transport` of the simulated backend (see the module docstring).
+
+    ``trace_for(d)``: the network for a model of d parameters (built at :meth:`start`);
+    ``compute_time_s``: T per iteration, or None to charge the measured wall time / n.
+    """
+
+    rows = slice(None)
+    leader = True
+    device = torch.device("cpu")
+    time_basis = "simulated"
+
+    def __init__(self, trace_for: Callable[[int], Trace], topology: str, workers: int,
+                 compute_time_s: float | None) -> None:
+        self.trace_for = trace_for
+        self.topology = topology
+        self.workers = workers
+        self.compute_time_s = compute_time_s
+        self.exchange = LocalExchange()
+        self._in_flight: list[tuple[float, int, Observation]] = []  # (arrive_s, iteration, ·)
+        self._diverged_at: int | None = None
+        self._stop = False
+
+    def start(self, method: Method, d: int) -> None:
+        self.trace = self.trace_for(d)
+        self.clock = EventClock(self.trace, topology=self.topology, workers=self.workers)
+
+    def observations(self, iteration: int) -> list[Observation]:
+        start_s = self.clock.next_start()
+        arrived = []
+        while self._in_flight and self._in_flight[0][0] <= start_s:
+            arrived.append(heapq.heappop(self._in_flight)[2])
+        return arrived
+
+    def flag_divergence(self, iteration: int) -> None:
+        self._diverged_at = iteration + 1
+
+    def submit(self, iteration: int, sent: Sent) -> None:
+        self._due = self.exchange.exchange(iteration, sent)
+
+    def due(self, iteration: int) -> list[Due]:
+        return self._due
+
+    def complete(self, iteration: int, sent: Sent, work_s: float) -> IterationTimes:
+        compute_s = (self.compute_time_s if self.compute_time_s is not None
+                     else work_s / self.workers)
+        payload = sent.payload
+        timing = self.clock.step(compute_s, payload.bits_per_worker, sent.staleness,
+                                 payload.dense)
+        heapq.heappush(self._in_flight, (timing.arrive_s, iteration, _observation(timing)))
+        return IterationTimes(
+            sim_time_s=timing.end_s, bubble_s=self.clock.total_bubble_s,
+            compute_s=timing.compute_s,
+            bandwidth_mbps=self.trace.bandwidth_at(timing.tx_start_s) / 1e6,
+            latency_ms=self.trace.latency_at(timing.tx_end_s) * 1e3)
+
+    def now_s(self) -> float:
+        return self.clock.now_s
+
+    def model_ready_s(self) -> float:
+        return self.clock.model_ready_s()
+
+    def evaluation_pause(self):
+        return no_pause()
+
+    def request_stop(self) -> None:
+        self._stop = True
+
+    def stopping(self, iteration: int) -> bool:
+        return self._stop
+
+    def diverged_at(self) -> int | None:
+        return self._diverged_at
+
+    def totals(self) -> dict[str, float]:
+        return {"sim_time_s": self.clock.now_s, "bubble_s": self.clock.total_bubble_s,
+                "bubble_fraction": self.clock.bubble_fraction()}
+
+
+def _observation(timing: IterationTiming) -> Observation:
+    return Observation(iteration=timing.iteration, compute_s=timing.compute_s,
+                       link_bits=timing.link_bits, tx_start_s=timing.tx_start_s,
+                       tx_end_s=timing.tx_end_s, arrive_s=timing.arrive_s,
+                       latency_factor=timing.latency_factor)
+
+
+__all__ = ["SimulatedTransport"]
