@@ -109,6 +109,10 @@ class RunConfig(BaseModel):
         None, description="learning-rate schedule (default: the profile's)")
     warmup_iters: int | None = Field(None, ge=0, description="linear warm-up iterations")
     log_every: int = Field(1, ge=1, description="write a metrics row every k iterations")
+    replay_schedule: str | None = Field(
+        None, description="metrics.jsonl of an earlier run (or its run directory), logged "
+        "every iteration, whose per-iteration (δ, τ) this run's method follows instead of "
+        "deciding them: the same decisions on another backend or network")
     label: str | None = Field(None, min_length=1, description="display name of this method "
                               "variant in reports (default: the method name), e.g. deco-sgd-F25")
     condition: str | None = Field(None, min_length=1, description="name of the network "

@@ -115,6 +115,10 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
                    help="iterations of linear learning-rate warm-up")
     g.add_argument("--log-every", type=int, default=S, help="metrics row every k iterations "
                    "(default 1)")
+    g.add_argument("--replay-schedule", default=S, metavar="METRICS.jsonl|RUN_DIR",
+                   help="follow the per-iteration (δ, τ) of an earlier run (logged every "
+                   "iteration) instead of deciding them, e.g. an emulated run replaying the "
+                   "simulated run's plan; methods with a (δ, τ) controller only")
     g.add_argument("--label", default=S, help="name of this method variant in reports and "
                    "W&B (default: the method name), e.g. deco-sgd-F25")
     g.add_argument("--condition", default=S, help="name of the network condition in reports "

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 import torch
 
+from decobench.errors import DecobenchError
 from decobench.evaluation import EvaluationSchedule, TargetBook
 from decobench.flat import FlatLayout
 from decobench.gradients import WorkerGradients
@@ -79,12 +80,21 @@ class Transport(Protocol):
     def flag_divergence(self, iteration: int) -> None:
         """This process's loss at ``iteration`` is not finite."""
 
-    def submit(self, iteration: int, sent: Sent) -> None:
-        """Send this process's messages of ``iteration``."""
+    def submit(self, iteration: int, sent: Sent, loss: float) -> None:
+        """Send this process's messages of ``iteration`` (``loss``: the mean loss of its
+        workers, which the leader's row reports as a mean over all n)."""
 
     def due(self, iteration: int) -> list[Due]:
         """The messages due at ``iteration`` (s + τ_s = iteration), in send order, each the
         mean over the n workers; waits for them if they have not arrived."""
+
+    def losses(self) -> dict[int, float]:
+        """Mean losses over the n workers that became known since the last call, by
+        iteration (at once with one process; when its message is due on the emulated
+        backend)."""
+
+    def finish(self) -> None:
+        """Training ended on every worker: learn what is still in flight (its losses)."""
 
     def complete(self, iteration: int, sent: Sent, work_s: float) -> IterationTimes:
         """The iteration is done (``work_s``: wall time of its computation here)."""
@@ -187,11 +197,15 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
                       iterations_per_epoch=batches.iterations_per_epoch,
                       max_iters=run.max_iters, gradient_rows=None if local == n else local),
         run.options)
+    if run.replay is not None and not method.replay(run.replay):
+        raise DecobenchError(f"method {config.method} cannot follow a recorded schedule "
+                             "(--replay-schedule): it has no (δ, τ) controller")
     if begin is not None:
         begin(layout.d)
     leader = transport.leader
     outcome = Outcome()
     metrics_at: dict[int, float] = {}
+    rows_out = _RowsInOrder(log)
     progress = RunProgress(total=run.max_iters, metric_name=task.metric_name,
                            enabled=show_progress and leader)
 
@@ -215,12 +229,13 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
             if transport.diverged_at() is not None:      # agreed at once (one process)
                 outcome.status, outcome.diverged_at_iteration = "diverged", k + 1
                 if leader:
-                    log({"iteration": k + 1, "loss": loss, "diverged": True,
-                         "sim_time_s": transport.now_s(),
-                         "wall_time_s": time.perf_counter() - wall_start})
+                    rows_out.add(k, {"iteration": k + 1, "loss": loss, "diverged": True,
+                                     "sim_time_s": transport.now_s(),
+                                     "wall_time_s": time.perf_counter() - wall_start})
+                    rows_out.known({k: loss})
                 break
             sent = method.send(k, params, grads)
-            transport.submit(k, sent)
+            transport.submit(k, sent, loss)
             due = transport.due(k)
             step = sent.result(len(due), method.receive(k, params, due))
             times = transport.complete(k, sent, time.perf_counter() - t0)
@@ -236,7 +251,8 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
                 outcome.status, outcome.diverged_at_iteration = "diverged", diverged_at
                 row["diverged"] = True
                 row["wall_time_s"] = time.perf_counter() - wall_start
-                log(row)
+                rows_out.add(k, row)
+                rows_out.known(transport.losses())
                 break
             if config.max_sim_time is not None and transport.now_s() >= config.max_sim_time:
                 transport.request_stop()
@@ -252,7 +268,8 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
                     transport.request_stop()
             if (k + 1) % config.log_every == 0 or "metric" in row or last:
                 row["wall_time_s"] = time.perf_counter() - wall_start
-                log(row)
+                rows_out.add(k, row)
+            rows_out.known(transport.losses())
             progress.update(k + 1, times.sim_time_s, outcome.final_metric, step.delta,
                             step.staleness)
             if outcome.reached and config.stop_at_target and transport.stopping(k):
@@ -262,7 +279,47 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
                 outcome.status = ("finished" if config.target is None or outcome.reached
                                   else "budget_exhausted")
                 break
+    transport.finish()
+    if leader:
+        rows_out.known(transport.losses())
+        rows_out.close()
     return Trained(outcome, book, layout.d, metrics_at)
+
+
+class _RowsInOrder:
+    """The leader's metrics rows, written in iteration order once each row's loss (the mean
+    over the n workers) is known; until then a row holds this process's own loss."""
+
+    def __init__(self, log: Callable[[dict[str, Any]], None]) -> None:
+        self.log = log
+        self.pending: dict[int, dict[str, Any]] = {}
+        self.losses: dict[int, float] = {}
+
+    def add(self, iteration: int, row: dict[str, Any]) -> None:
+        self.pending[iteration] = row
+        self._flush()
+
+    def known(self, losses: dict[int, float]) -> None:
+        self.losses.update(losses)
+        self._flush()
+
+    def _flush(self) -> None:
+        while self.pending:
+            first = min(self.pending)
+            if first not in self.losses:
+                return
+            row = self.pending.pop(first)
+            row["loss"] = self.losses[first]
+            self.log(row)
+        # rows come in iteration order, so losses below the first pending row are never read
+        floor = min(self.pending) if self.pending else None
+        self.losses = ({} if floor is None
+                       else {k: v for k, v in self.losses.items() if k >= floor})
+
+    def close(self) -> None:
+        """Write what is left (a loss never learnt keeps this process's own)."""
+        for iteration in sorted(self.pending):
+            self.log(self.pending.pop(iteration))
 
 
 def _row(k: int, times: IterationTimes, step: Any, loss: float,

@@ -34,6 +34,7 @@ from decobench.methods import MethodOptions, MethodSpec, get_method_spec
 from decobench.netem.trace import Trace, load_trace, resolve_trace_path, write_trace
 from decobench.optimizer import OptimizerConfig
 from decobench.regime import NetworkCondition, parse_regime
+from decobench.replay import load_schedule
 from decobench.rundir import RunDirectory
 from decobench.simulated import SimulatedTransport
 from decobench.tasks import Task, TaskData, TaskProfile, get_task
@@ -62,6 +63,7 @@ class PreparedRun:
     data_root: Path | None
     download: bool
     dataset: str | None
+    replay: tuple[Any, ...] | None = None
 
 
 def label_of(config: RunConfig) -> str:
@@ -133,7 +135,8 @@ def prepare(config: RunConfig) -> PreparedRun:
         compute_time_source=_compute_time_source(config, profile),
         eval_every=eval_every,
         batch_size=config.batch_size or profile.batch_size,
-        optimizer=optimizer, data_root=data_root, download=download, dataset=variant)
+        optimizer=optimizer, data_root=data_root, download=download, dataset=variant,
+        replay=None if config.replay_schedule is None else load_schedule(config.replay_schedule))
 
 
 def network_condition(config: RunConfig, task: Task) -> tuple[NetworkCondition, Path | None]:

@@ -42,6 +42,7 @@ class SimulatedTransport:
         self.exchange = LocalExchange()
         self._in_flight: list[tuple[float, int, Observation]] = []  # (arrive_s, iteration, ·)
         self._diverged_at: int | None = None
+        self._losses: dict[int, float] = {}
         self._stop = False
 
     def start(self, method: Method, d: int) -> None:
@@ -58,8 +59,16 @@ class SimulatedTransport:
     def flag_divergence(self, iteration: int) -> None:
         self._diverged_at = iteration + 1
 
-    def submit(self, iteration: int, sent: Sent) -> None:
+    def submit(self, iteration: int, sent: Sent, loss: float) -> None:
         self._due = self.exchange.exchange(iteration, sent)
+        self._losses = {iteration: loss}           # the mean over all n rows already
+
+    def losses(self) -> dict[int, float]:
+        losses, self._losses = self._losses, {}
+        return losses
+
+    def finish(self) -> None:
+        return None
 
     def due(self, iteration: int) -> list[Due]:
         return self._due

@@ -313,7 +313,7 @@ EMULATION_ONLY: tuple[str, ...] = ("latency_mechanism", "emulation_timeout_s", "
 """RunConfig fields that only the emulated backend reads."""
 
 ADDED_LATER: tuple[str, ...] = ("fine_eval_every", "fine_eval_margin", "milestones",
-                                 "ratio_shape", "init")
+                                 "ratio_shape", "init", "replay_schedule")
 """RunConfig fields added after sweeps were first published: left out of a run's identity
 while they hold their default, so finished sweeps keep their identities (a run that sets one
 of them gets a new identity, as it computes something else)."""
@@ -338,6 +338,11 @@ def identity(config: RunConfig) -> str:
         path = getattr(config, field)
         if path is not None:
             values[field] = hashlib.sha256(resolve_trace_path(path).read_bytes()).hexdigest()
+    if config.replay_schedule is not None:
+        from decobench.replay import metrics_path
+
+        values["replay_schedule"] = hashlib.sha256(
+            metrics_path(config.replay_schedule).read_bytes()).hexdigest()
     blob = json.dumps(values, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 

@@ -34,10 +34,18 @@ def _args(fmnist_root, out, method, iters=6):
             "--no-wandb", "--no-progress", *method]
 
 
+def _emulatable() -> list[str]:
+    from decobench.methods import method_specs
+
+    return sorted(name for name, spec in method_specs().items() if spec.emulation is None)
+
+
 @needs_root
-@pytest.mark.parametrize("method", [["--method", "d-sgd"], ["--method", "deco-sgd"]],
-                         ids=["d-sgd", "deco-sgd"])
+@pytest.mark.parametrize("method", [["--method", name] for name in _emulatable()],
+                         ids=_emulatable())
 def test_two_worker_emulated_run(tmp_path, fmnist_root, method):
+    """One netns run per method that runs emulated (every method, unless its MethodSpec
+    says why it cannot)."""
     before = _namespaces()
     out = tmp_path / "run"
     assert main(_args(fmnist_root, out, method)) == 0

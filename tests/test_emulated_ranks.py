@@ -93,3 +93,47 @@ def test_world_size_must_match_workers(tmp_path, fmnist_root):
     assert "--workers 3 but 2 processes were started" in outputs[0]
     assert not (tmp_path / "emu" / "summary.json").exists()
     json.dumps(outputs)
+
+
+ADAPTIVE = {"deco-sgd", "cocktail-sgd-topk"}
+"""Methods whose (δ, τ) come from the network they measure: the loopback run replays the
+simulated run's decisions (--replay-schedule), as a measured network never equals the
+simulated one."""
+
+
+def _emulatable() -> list[str]:
+    from decobench.methods import method_specs
+
+    return sorted(name for name, spec in method_specs().items() if spec.emulation is None)
+
+
+@pytest.mark.parametrize("method", _emulatable())
+def test_every_emulatable_method_agrees_with_the_simulated_run(tmp_path, fmnist_root, method):
+    """Per iteration: the same δ, τ and bits, and the same loss (the mean over the workers)
+    within float32 tolerance; the same accuracy at the end."""
+    flags = {"deco-sgd": ["--deco-interval", "3"],
+             "dd-ef-sgd": ["--delta", "0.05", "--tau", "2"]}.get(method, [])
+    args = [*COMMON, "--method", method, *flags, "--data-root", str(fmnist_root)]
+    simulated = _simulated(args, tmp_path / "sim")
+    replay = ["--replay-schedule", str(tmp_path / "sim")] if method in ADAPTIVE else []
+    codes, outputs = _ranks([*args, *replay, "--latency-mechanism", "comm-layer"],
+                            tmp_path / "emu")
+    assert codes == [0, 0], "\n".join(outputs)
+    sim_rows, emu_rows = read_metrics(tmp_path / "sim"), read_metrics(tmp_path / "emu")
+    assert [r["iteration"] for r in emu_rows] == [r["iteration"] for r in sim_rows]
+    for key in ("delta", "tau", "bits", "bits_sent", "applied_messages"):
+        assert [r[key] for r in emu_rows] == [r[key] for r in sim_rows], key
+    assert [r["loss"] for r in emu_rows] == pytest.approx([r["loss"] for r in sim_rows],
+                                                          rel=1e-5)
+    emulated = read_summary(tmp_path / "emu")
+    assert emulated["final_metric"] == pytest.approx(simulated["final_metric"], abs=0.002)
+    if method == "deco-sgd":
+        assert len({r["delta"] for r in sim_rows}) > 1, "DeCo should re-plan in 8 iterations"
+
+
+def test_a_method_that_cannot_run_emulated_says_why(tmp_path, fmnist_root):
+    codes, outputs = _ranks([*COMMON, "--method", "dga", "--data-root", str(fmnist_root)],
+                            tmp_path / "emu")
+    assert codes == [2, 2]
+    assert "dga cannot run on the emulated backend: its workers hold different models" \
+        in outputs[0]

@@ -371,6 +371,7 @@ HEADER_FIELDS: tuple[str, ...] = (
     "obs_tx_start_s",
     "obs_tx_end_s",
     "obs_arrive_s",
+    "loss",
 )
 """Header fields in wire order; each is one little-endian float64 (integers exact to 2**53).
 Append new fields at the end (both ends must share the tuple)."""

@@ -125,6 +125,7 @@ class DistributedTransport:
         self.bubble_s = 0.0
         self.last_end = 0.0
         self._observed: list[Observation] = []
+        self._losses: dict[int, float] = {}
         self._start = self._end = 0.0
         self._waited = 0.0
         self._transfer: Arrival | None = None
@@ -150,12 +151,12 @@ class DistributedTransport:
     def flag_divergence(self, iteration: int) -> None:
         self.diverged_here = True
 
-    def submit(self, iteration: int, sent: Sent) -> None:
+    def submit(self, iteration: int, sent: Sent, loss: float) -> None:
         assert self.comm is not None, "start() first"
         flags = ((FLAG_STOP if self.stop_requested else 0)
                  | (FLAG_DIVERGED if self.diverged_here else 0))
         self.diverged_here = False
-        header = {"iteration": float(iteration), "flags": float(flags)}
+        header = {"iteration": float(iteration), "flags": float(flags), "loss": loss}
         reported = self.sent.get(self.report_next) if self.report_next is not None else None
         if reported is not None and reported.arrival is not None:
             arrival = reported.arrival
@@ -193,11 +194,33 @@ class DistributedTransport:
                 self.agreed_divergence = (s + 1 if self.agreed_divergence is None
                                           else min(self.agreed_divergence, s + 1))
             arrived.append(Due(s, arrival.update))
+            self._learn_loss(s, arrival)
         self.bubble_s += self._waited
         for s in [s for s in self.sent
                   if s < iteration - KEEP_RECORDS and s not in self.unapplied]:
             del self.sent[s]                          # keep the record bounded
         return arrived
+
+    def _learn_loss(self, iteration: int, arrival: Arrival) -> None:
+        """The mean of the n workers' losses of ``iteration`` (the leader's rows need it)."""
+        if self.leader:
+            losses = [h["loss"] for h in arrival.headers]
+            self._losses[iteration] = float(
+                torch.tensor(losses, dtype=torch.float32).mean())
+
+    def losses(self) -> dict[int, float]:
+        losses, self._losses = self._losses, {}
+        return losses
+
+    def finish(self) -> None:
+        """Wait for the messages never applied (every rank sent the same iterations) to learn
+        their losses, then let the background thread finish."""
+        assert self.comm is not None
+        for s in sorted(self.unapplied):
+            arrival, _ = self.comm.wait(s)
+            self._learn_loss(s, arrival)
+        self.unapplied.clear()
+        self.comm.close(drain=True)
 
     def complete(self, iteration: int, sent: Sent, work_s: float) -> IterationTimes:
         transfer, paused = self._transfer, self.clock.paused_s

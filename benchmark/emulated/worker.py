@@ -175,7 +175,6 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
     try:
         trained = train(run, data, transport, evaluations, book, log, wall_start=wall_start,
                         show_progress=show_progress, begin=begin)
-        transport.close(drain=True)
         dist.barrier()
     except BaseException as exc:
         if not isinstance(exc, PeerLost):
