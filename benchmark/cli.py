@@ -123,6 +123,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
                        help="existing copy of a task's data set (repeatable), e.g. "
                        "cnn-fmnist=../shared/data/fashion-mnist-mini; tasks without one "
                        "download their data")
+    sweep.add_argument("--backend", metavar="NAME", help="run every cell on this backend "
+                       "(default: simulated); emulated cells run one at a time (root; "
+                       "docs/emulation.md) and have their own identities and run folders")
     sweep.add_argument("--dry-run", action="store_true", help="check the suite, list the "
                        "runs still to do and their cost on one GPU (an upper bound from "
                        "documented per-iteration times); run nothing")
@@ -239,7 +242,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("results") / suite.name
     plan = sweep(suite, out, jobs=args.jobs, data_roots=_parse_data_roots(args.data_root),
                  wandb=not args.no_wandb, show_progress=not args.no_progress,
-                 dry_run=args.dry_run)
+                 dry_run=args.dry_run, backend=args.backend)
     if not args.dry_run:
         print(f"suite {suite.name}: all {len(plan.cells)} runs finished in {out}; "
               f"next: decobench report {out}", file=sys.stderr)
@@ -247,21 +250,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from decobench.backends import get_backend
     from decobench.config import build_run_config
-    from decobench.runner import execute, prepare
-    from decobench.tracking import wandb_tracker_factory
+    from decobench.runner import prepare
 
     config = build_run_config(run_values(args))
     run = prepare(config)
-    if config.backend == "emulated":
-        from decobench.emulated.launcher import launch
-
-        wandb_tracker_factory(not args.no_wandb)          # a bad WANDB_MODE fails here
-        summary = launch(run, overwrite=args.overwrite, show_progress=not args.no_progress,
-                         wandb=not args.no_wandb)
-    else:
-        summary = execute(run, overwrite=args.overwrite, show_progress=not args.no_progress,
-                          tracker_factory=wandb_tracker_factory(not args.no_wandb))
+    backend = get_backend(config.backend)
+    backend.check(run)
+    summary = backend.run(run, overwrite=args.overwrite, show_progress=not args.no_progress,
+                          wandb=not args.no_wandb)
     ttt = summary["time_to_target_s"]
     shown = "not reached" if ttt is None else f"{ttt:.2f} s (iteration {summary['iters_to_target']})"
     clock = "simulated" if summary.get("time_basis", "simulated") == "simulated" else "measured"

@@ -17,6 +17,31 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from decobench.errors import DecobenchError
 
 
+class EmulationConfig(BaseModel):
+    """Settings of the emulated backend (``RunConfig.emulation``; the flags keep their flat
+    names: ``--latency-mechanism``, ``--emulation-timeout-s``, ``--skip-probe``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    latency_mechanism: Literal["auto", "netem", "comm-layer", "kernel"] = Field(
+        "auto", description="who adds the trace's one-way latency: netem in "
+        "the kernel, or the communication layer (message delivered at transmission end + "
+        "l·b(t)); auto = netem if the kernel has sch_netem, else comm-layer; kernel = the "
+        "network in place already has its latency (torchrun on real or docker-tc links)")
+    timeout_s: float | None = Field(
+        None, gt=0, description="seconds a collective may take before a "
+        "peer counts as lost (default: 60 s plus twice a dense message's transfer time at the "
+        "trace's lowest bandwidth)")
+    skip_probe: bool = Field(False, description="do not measure the shaped "
+                             "links before training (the probe result is still required to "
+                             "be within 10% unless this is set)")
+
+
+FLAT_EMULATION_FIELDS = {"latency_mechanism": "latency_mechanism",
+                         "emulation_timeout_s": "timeout_s", "skip_probe": "skip_probe"}
+"""Run-config keys (and flags) that set :class:`EmulationConfig` fields: flat key -> field."""
+
+
 class RunConfig(BaseModel):
     """One training run (``decobench run``). Units are in the field names or descriptions."""
 
@@ -53,22 +78,12 @@ class RunConfig(BaseModel):
     out: str | None = Field(None, description="run directory")
     dataset: str | None = Field(None, description="data set variant of the task (e.g. "
                                 "wikitext-103-raw-v1 for gpt2-wikitext); default: the task's first")
-    backend: Literal["simulated", "emulated"] = Field(
-        "simulated", description="simulated: one process on the simulated clock (default); "
-        "emulated: n worker processes (torch.distributed) over links shaped from the trace, "
-        "times measured")
-    latency_mechanism: Literal["auto", "netem", "comm-layer", "kernel"] = Field(
-        "auto", description="emulated backend: who adds the trace's one-way latency: netem in "
-        "the kernel, or the communication layer (message delivered at transmission end + "
-        "l·b(t)); auto = netem if the kernel has sch_netem, else comm-layer; kernel = the "
-        "network in place already has its latency (torchrun on real or docker-tc links)")
-    emulation_timeout_s: float | None = Field(
-        None, gt=0, description="emulated backend: seconds a collective may take before a "
-        "peer counts as lost (default: 60 s plus twice a dense message's transfer time at the "
-        "trace's lowest bandwidth)")
-    skip_probe: bool = Field(False, description="emulated backend: do not measure the shaped "
-                             "links before training (the probe result is still required to "
-                             "be within 10% unless this is set)")
+    backend: str = Field(
+        "simulated", description="a registered backend (decobench.backends): simulated = one "
+        "process on the simulated clock (default); emulated = n worker processes "
+        "(torch.distributed) over links shaped from the trace, times measured")
+    emulation: EmulationConfig = Field(default_factory=EmulationConfig,
+                                       description="settings of the emulated backend")
     profile: str = Field("paper", description="task profile (model size, batch, lr, T)")
     init: Literal["scratch", "pretrained"] = Field(
         "scratch", description="model initialisation: scratch (random weights from --seed, "
@@ -121,6 +136,21 @@ class RunConfig(BaseModel):
                               "(set by decobench sweep; names the W&B project)")
     method_options: dict[str, Any] = Field(default_factory=dict)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_emulation(cls, values: Any) -> Any:
+        """Flat keys (flags, older YAML files) set the nested emulation settings."""
+        if not isinstance(values, dict) or not FLAT_EMULATION_FIELDS.keys() & values.keys():
+            return values
+        values = dict(values)
+        nested = values.get("emulation")
+        nested = dict(nested.model_dump() if isinstance(nested, BaseModel) else nested or {})
+        for flat, name in FLAT_EMULATION_FIELDS.items():
+            if flat in values:
+                nested[name] = values.pop(flat)
+        values["emulation"] = nested
+        return values
+
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
         if self.backend == "emulated" and "topology" not in self.model_fields_set:
@@ -149,6 +179,9 @@ def format_validation_error(error: ValidationError, prefix: str = "") -> str:
     parts = []
     for item in error.errors():
         loc = [str(x) for x in item["loc"] if x != "method_options"]
+        if loc[:1] == ["emulation"] and len(loc) > 1:
+            flat = {v: k for k, v in FLAT_EMULATION_FIELDS.items()}
+            loc = [flat.get(loc[1], loc[1]), *loc[2:]]
         name = "--" + "-".join(loc).replace("_", "-") if loc else "config"
         value = item.get("input")
         shown = f" (got {value!r})" if not isinstance(value, dict) and value is not None else ""

@@ -62,11 +62,11 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--out", default=S, metavar="DIR",
                    help="run directory (default runs/TASK__METHOD__TRACE__nN__sSEED)")
     g.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
-    g.add_argument("--backend", choices=["simulated", "emulated"], default=S,
-                   help="simulated: n workers in one process on the simulated clock "
-                   "(default); emulated: n worker processes (torch.distributed) in Linux "
-                   "network namespaces over links shaped live from the trace, times measured "
-                   "(root; docs/emulation.md)")
+    g.add_argument("--backend", default=S, metavar="NAME",
+                   help="where the run trains (a registered backend): simulated = n workers "
+                   "in one process on the simulated clock (default); emulated = n worker "
+                   "processes (torch.distributed) in Linux network namespaces over links "
+                   "shaped live from the trace, times measured (root; docs/emulation.md)")
     g.add_argument("--latency-mechanism", choices=["auto", "netem", "comm-layer", "kernel"],
                    default=S, help="emulated: who adds the trace's one-way latency: netem "
                    "(kernel qdisc), comm-layer (each message delivered at transmission end + "

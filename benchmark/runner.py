@@ -20,6 +20,7 @@ import torch
 from pydantic import ValidationError
 
 from decobench import __version__
+from decobench.backends import Backend, get_backend
 from decobench.config import RunConfig, format_validation_error
 from decobench.errors import DecobenchError
 from decobench.evaluation import (
@@ -91,6 +92,7 @@ def default_out(config: RunConfig) -> Path:
 
 def prepare(config: RunConfig) -> PreparedRun:
     """Resolve and validate a run; raises DecobenchError with one clear line on bad input."""
+    get_backend(config.backend)
     task = get_task(config.task)
     profile = task.profile(config.profile)
     spec = get_method_spec(config.method)
@@ -381,3 +383,17 @@ def summary_fields(run: PreparedRun, outcome: Outcome, d: int, wall_s: float, tr
         **hit_fields(book.hits.get(config.target) if config.target is not None else None),
         "milestones": milestone_records(book, config.milestones),
     }
+
+
+def _run_simulated(run: PreparedRun, *, overwrite: bool = False, show_progress: bool = True,
+                   wandb: bool = True) -> dict[str, Any]:
+    from decobench.tracking import wandb_tracker_factory
+
+    return execute(run, overwrite=overwrite, show_progress=show_progress,
+                   tracker_factory=wandb_tracker_factory(wandb))
+
+
+SIMULATED = Backend(
+    "simulated", "n workers in one process on the simulated clock (deco-sgd.md §4)",
+    check=lambda run: None, run=_run_simulated, parallel_cells=True)
+"""The simulated backend (entry point ``simulated`` of ``decobench.backends``)."""

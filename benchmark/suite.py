@@ -45,7 +45,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from decobench.config import RunConfig, build_run_config
+from decobench.config import FLAT_EMULATION_FIELDS, RunConfig, build_run_config
 from decobench.errors import DecobenchError
 
 SUITES_DIR = Path(__file__).parent / "suites"
@@ -309,8 +309,6 @@ def write_constant_traces(suite: Suite, traces_dir: Path) -> None:
                         comment=f"suite {suite.name}: condition {name}")
 
 
-EMULATION_ONLY: tuple[str, ...] = ("latency_mechanism", "emulation_timeout_s", "skip_probe")
-"""RunConfig fields that only the emulated backend reads."""
 
 ADDED_LATER: tuple[str, ...] = ("fine_eval_every", "fine_eval_margin", "milestones",
                                  "ratio_shape", "init", "replay_schedule")
@@ -325,11 +323,13 @@ def identity(config: RunConfig) -> str:
     from decobench.netem.trace import resolve_trace_path
 
     values = config.model_dump(exclude=set(IDENTITY_EXCLUDED))
-    if config.backend == "simulated":
-        # emulation-only settings change nothing on the simulated clock, and leaving them
-        # out keeps the identities of runs made before the emulated backend existed
-        for key in EMULATION_ONLY:
-            values.pop(key, None)
+    emulation = values.pop("emulation")
+    if config.backend != "simulated":
+        # the emulated settings count flat, under their flag names, as before they were
+        # nested (RunConfig.emulation), so identities do not change
+        values.update({flat: emulation[name] for flat, name in FLAT_EMULATION_FIELDS.items()})
+    # on the simulated backend they change nothing, and leaving them out keeps the
+    # identities of runs made before the emulated backend existed
     for key in ADDED_LATER:
         if values.get(key) == RunConfig.model_fields[key].get_default(
                 call_default_factory=True):
@@ -347,9 +347,10 @@ def identity(config: RunConfig) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def expand_cells(suite: Suite, traces_dir: Path,
-                 data_roots: dict[str, str] | None = None) -> list[Cell]:
-    """Every run of the suite as a validated :class:`RunConfig` (in file order). Traces of
+def expand_cells(suite: Suite, traces_dir: Path, data_roots: dict[str, str] | None = None,
+                 backend: str | None = None) -> list[Cell]:
+    """Every run of the suite as a validated :class:`RunConfig` (in file order), on
+    ``backend`` when given (else the suite's own, by default simulated). Traces of
     ``constant`` conditions must already be written to ``traces_dir``."""
     from decobench.methods import get_method_spec
     from decobench.netem.trace import load_trace, resolve_trace_path
@@ -396,6 +397,8 @@ def expand_cells(suite: Suite, traces_dir: Path,
                         values[field] = value
                 if task in data_roots:
                     values["data_root"] = data_roots[task]
+                if backend is not None:
+                    values["backend"] = backend
                 try:
                     config = build_run_config(values)
                 except DecobenchError as exc:

@@ -65,16 +65,21 @@ def is_done(out: Path, cell: Cell) -> bool:
     return (run_dir(out, cell) / SUMMARY).is_file()
 
 
-def plan_sweep(suite: Suite, out: Path, data_roots: dict[str, str] | None = None) -> SweepPlan:
+def plan_sweep(suite: Suite, out: Path, data_roots: dict[str, str] | None = None,
+               backend: str | None = None) -> SweepPlan:
     """Expand and check every cell (:func:`decobench.runner.prepare`: options, targets,
-    traces, data) before anything runs; a bad cell is an error naming it."""
+    traces, data; and the backend's own check, e.g. root for the emulated one) before
+    anything runs; a bad cell is an error naming it."""
+    from decobench.backends import get_backend
     from decobench.runner import prepare
 
     write_constant_traces(suite, out / "traces")
-    cells = expand_cells(suite, out / "traces", data_roots)
+    cells = expand_cells(suite, out / "traces", data_roots, backend=backend)
     for cell in cells:
         try:
-            prepare(cell.config)
+            run = prepare(cell.config)
+            if not is_done(out, cell):
+                get_backend(cell.config.backend).check(run)
         except DecobenchError as exc:
             raise DecobenchError(f"suite {suite.name}: cell {cell.name} ({cell.experiment}): "
                                  f"{exc}") from exc
@@ -131,16 +136,18 @@ def _init_worker(threads: int) -> None:
 
 
 def run_cell(cell: Cell, out: Path, wandb: bool) -> dict[str, Any]:
-    """Run one cell in a staging folder and publish it by renaming (in a worker process)."""
-    from decobench.runner import execute, prepare
-    from decobench.tracking import wandb_tracker_factory
+    """Run one cell on its backend in a staging folder and publish it by renaming (in a
+    worker process, or in the sweep's own process for backends that run one cell at a
+    time)."""
+    from decobench.backends import get_backend
+    from decobench.runner import prepare
 
     final = run_dir(out, cell)
     staging = final.parent / f"{STAGING_PREFIX}{cell.name}-{os.getpid()}"
     config = cell.config.model_copy(update={"out": str(final)})
     run = replace(prepare(config), out=staging)
-    summary = execute(run, overwrite=True, show_progress=False,
-                      tracker_factory=wandb_tracker_factory(wandb))
+    summary = get_backend(config.backend).run(run, overwrite=True, show_progress=False,
+                                              wandb=wandb)
     try:
         os.rename(staging, final)
     except OSError:
@@ -160,11 +167,14 @@ def execute_sweep(plan: SweepPlan, jobs: int, wandb: bool = True,
                   show_progress: bool = True) -> list[tuple[Cell, str]]:
     """Run the remaining cells with ``jobs`` worker processes; returns the failed cells with
     their errors. Each worker uses ``max(1, cores // jobs)`` torch threads."""
+    from decobench.backends import get_backend
     from decobench.progress import SweepProgress
 
     failures: list[tuple[Cell, str]] = []
     if not plan.todo:
         return failures
+    if not all(get_backend(c.config.backend).parallel_cells for c in plan.todo):
+        return _execute_one_at_a_time(plan, wandb, show_progress)
     threads = max(1, (os.cpu_count() or 1) // jobs)
     context = multiprocessing.get_context("spawn")
     with SweepProgress(total=len(plan.cells), done=len(plan.done), enabled=show_progress) as bar, \
@@ -190,15 +200,40 @@ def execute_sweep(plan: SweepPlan, jobs: int, wandb: bool = True,
     return failures
 
 
+def _execute_one_at_a_time(plan: SweepPlan, wandb: bool,
+                           show_progress: bool) -> list[tuple[Cell, str]]:
+    """Run the remaining cells in this process, one after the other (backends whose runs
+    need the whole machine, e.g. the emulated one's n worker processes)."""
+    from decobench.progress import SweepProgress
+
+    failures: list[tuple[Cell, str]] = []
+    with SweepProgress(total=len(plan.cells), done=len(plan.done), enabled=show_progress) as bar:
+        for cell in plan.todo:
+            try:
+                summary = run_cell(cell, plan.out, wandb)
+            except Exception as exc:  # noqa: BLE001 - recorded and reported, sweep goes on
+                error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                failures.append((cell, error))
+                _record_failure(plan.out, cell, error)
+                bar.advance(cell.name, f"FAILED: {error}")
+                continue
+            ttt = summary["time_to_target_s"]
+            bar.advance(cell.name, f"{summary['status']}, time to target "
+                        + ("not reached" if ttt is None else f"{ttt:.2f} s"))
+    return failures
+
+
 def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str, str] | None = None,
-          wandb: bool = True, show_progress: bool = True, dry_run: bool = False) -> SweepPlan:
-    """Plan, lock, clean up, write the manifest and run what remains."""
+          wandb: bool = True, show_progress: bool = True, dry_run: bool = False,
+          backend: str | None = None) -> SweepPlan:
+    """Plan, lock, clean up, write the manifest and run what remains, on ``backend`` when
+    given (cells of a backend without ``parallel_cells`` run one at a time)."""
     if jobs is None:
         jobs = os.cpu_count() or 1
     if jobs < 1:
         raise DecobenchError(f"--jobs must be >= 1, got {jobs}")
     with sweep_lock(out):
-        plan = plan_sweep(suite, out, data_roots)
+        plan = plan_sweep(suite, out, data_roots, backend=backend)
         print(f"suite {suite.name}: {len(plan.cells)} runs, {len(plan.done)} already finished, "
               f"{len(plan.todo)} to run with {min(jobs, max(1, len(plan.todo)))} worker "
               f"process(es) -> {out}", file=sys.stderr)

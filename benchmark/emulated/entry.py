@@ -83,13 +83,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             values.pop(key, None)
         values["backend"] = "emulated"
         run = prepare(build_run_config(values))
-        timeout = args.timeout_s or run.config.emulation_timeout_s
+        timeout = args.timeout_s or run.config.emulation.timeout_s
         if timeout is None:
             d = parameter_count(run.task, run.profile)
             timeout = default_timeout_s(d, run.condition.trace_for(d, run.compute_time_s),
                                         run.config.workers, run.config.topology)
         settings = EmulationSettings(
-            latency_mechanism=("comm-layer" if run.config.latency_mechanism == "comm-layer"
+            latency_mechanism=("comm-layer" if run.config.emulation.latency_mechanism == "comm-layer"
                                else "kernel"), timeout_s=timeout, attach=args.attach,
             overwrite=args.overwrite, start_file=Path(args.start_file) if args.start_file else None,
             addresses=tuple(args.addresses.split(",")) if args.addresses else (),

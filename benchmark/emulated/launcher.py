@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from decobench.atomicio import write_text_atomic
+from decobench.backends import Backend
 from decobench.emulated.worker import FAILURE, default_timeout_s
 from decobench.errors import DecobenchError
 from decobench.rundir import SUMMARY, RunDirectory, read_summary
@@ -65,12 +66,12 @@ def check_emulation(run: PreparedRun) -> str:
     if config.workers < 2:
         raise DecobenchError("the emulated backend needs --workers 2 or more (one worker has "
                              "no link to emulate)")
-    if config.latency_mechanism == "kernel":
+    if config.emulation.latency_mechanism == "kernel":
         raise DecobenchError("--latency-mechanism kernel is for ranks started by torchrun on "
                              "links that already have their latency; 'decobench run --backend "
                              "emulated' shapes its own links: use auto, netem or comm-layer")
     require_root()
-    return resolve_latency_mechanism(config.latency_mechanism)
+    return resolve_latency_mechanism(config.emulation.latency_mechanism)
 
 
 @dataclass
@@ -112,7 +113,7 @@ def launch(run: PreparedRun, overwrite: bool = False, show_progress: bool = True
     config = run.config
     d = parameter_count(run.task, run.profile)
     trace = run.condition.trace_for(d, run.compute_time_s)
-    timeout_s = config.emulation_timeout_s or default_timeout_s(d, trace, config.workers,
+    timeout_s = config.emulation.timeout_s or default_timeout_s(d, trace, config.workers,
                                                                 config.topology)
     rundir = RunDirectory(run.out, overwrite=overwrite)
     out = rundir.path
@@ -124,7 +125,7 @@ def launch(run: PreparedRun, overwrite: bool = False, show_progress: bool = True
     try:
         with NamespaceNetwork(plan, setting, mechanism=mechanism) as net:
             try:
-                if not config.skip_probe:
+                if not config.emulation.skip_probe:
                     report = probe_links(net, setting)
                     write_probe(report, net, out / "network_probe.json")
                     report.check()
@@ -277,3 +278,19 @@ def _stop_player(player: Any, out: Path) -> None:
     finally:
         write_text_atomic(out / "trace_player.jsonl", "".join(
             json.dumps(dataclasses.asdict(change)) + "\n" for change in player.records))
+
+
+def _launch(run: PreparedRun, *, overwrite: bool = False, show_progress: bool = True,
+            wandb: bool = True) -> dict[str, Any]:
+    from decobench.tracking import wandb_tracker_factory
+
+    wandb_tracker_factory(wandb)                     # a bad WANDB_MODE fails here
+    return launch(run, overwrite=overwrite, show_progress=show_progress, wandb=wandb)
+
+
+EMULATED = Backend(
+    "emulated", "n worker processes (torch.distributed) in network namespaces over links "
+    "shaped live from the trace; times measured (root)",
+    check=lambda run: (check_emulation(run), None)[1], run=_launch, parallel_cells=False)
+"""The emulated backend (entry point ``emulated`` of ``decobench.backends``); its settings
+are ``RunConfig.emulation``."""
