@@ -164,6 +164,7 @@ class DGA(Method):
         self.delay_max = options.dga_delay_max
         self.delay: int | None = options.dga_delay
         self.optimizer = SharedOptimizer(context.optimizer)
+        self.replayed: tuple[int, ...] = ()
         self.sent_local: dict[int, Tensor] = {}   # iteration s -> these workers' Δ^j_s
         self.bits_per_worker = dense_wire_bits(context.d)
         self.workers: WorkerModels | None = None
@@ -189,15 +190,35 @@ class DGA(Method):
     def worker_params(self, params: Tensor) -> Tensor:
         return self._workers(params).stack()
 
-    def evaluation_params(self, params: Tensor) -> Tensor:
-        return params if self.workers is None else self.workers.average()
+    def evaluation_params(self, params: Tensor, in_flight: Sequence[Due] = ()) -> Tensor:
+        """The workers' average model. A process holding every worker averages its rows; an
+        emulated rank holds one, so it adds the in-flight averages to the shared part:
+        x̄ + Σ_{s in flight} (1/n) Σ_j Δ^j_s."""
+        if self.workers is None:
+            return params
+        if self.context.local_workers == self.context.workers:
+            return self.workers.average()
+        average = self.workers.shared.clone()
+        for message in in_flight:
+            message.update.add_to(average)
+        return average
+
+    def replay(self, schedules: Sequence[Any]) -> bool:
+        """Send with the recorded τ of each iteration (D as an earlier run chose it)."""
+        self.replayed = tuple(int(s.staleness) for s in schedules)
+        self.delay = self.replayed[-1]
+        self._log = {}
+        return True
 
     def send(self, iteration: int, params: Tensor, gradients: Tensor) -> Sent:
         """Worker half: each worker's local update Δ^j_t from its own gradient, applied to
         its own model at once and sent dense with staleness D."""
         workers = self._workers(params)
         local = self.optimizer.change(workers.stack(), gradients, iteration)
-        staleness = 0 if self.delay is None else self.delay
+        if self.replayed:
+            staleness = self.replayed[min(iteration, len(self.replayed) - 1)]
+        else:
+            staleness = 0 if self.delay is None else self.delay
         workers.apply_local(local)
         self.sent_local[iteration] = local
         log, self._log = self._log, {}
@@ -217,7 +238,7 @@ class DGA(Method):
     def _workers(self, params: Tensor) -> WorkerModels:
         """The workers' models, created from the shared ``params`` on first use."""
         if self.workers is None:
-            self.workers = WorkerModels.start(params, self.context.workers)
+            self.workers = WorkerModels.start(params, self.context.local_workers)
         return self.workers
 
 
@@ -227,5 +248,4 @@ def build_dga(context: MethodContext, options: DGAOptions) -> Method:
 
 DGA_SPEC = MethodSpec("dga", "DGA: per-worker models, each swaps its local update for the "
                       "workers' average D iterations later (hides latency)", DGAOptions,
-                      build_dga, emulation="its workers hold different models, which the "
-                      "emulated ranks do not yet average for evaluation")
+                      build_dga)

@@ -99,6 +99,10 @@ class Transport(Protocol):
     def complete(self, iteration: int, sent: Sent, work_s: float) -> IterationTimes:
         """The iteration is done (``work_s``: wall time of its computation here)."""
 
+    def in_flight(self) -> list[Due]:
+        """The messages sent but not applied yet, each the mean over the n workers (waits
+        for their arrival on the emulated backend; they stay due where they were)."""
+
     def now_s(self) -> float:
         """The run's clock (simulated or measured training time)."""
 
@@ -210,7 +214,7 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
                            enabled=show_progress and leader)
 
     def evaluate() -> float:
-        eval_params = method.evaluation_params(params)
+        eval_params = method.evaluation_params(params, transport.in_flight())
         return task.evaluate(lambda inputs: gradients.forward(eval_params, inputs), data)
 
     transport.start(method, layout.d)

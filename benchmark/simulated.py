@@ -86,6 +86,9 @@ class SimulatedTransport:
             bandwidth_mbps=self.trace.bandwidth_at(timing.tx_start_s) / 1e6,
             latency_ms=self.trace.latency_at(timing.tx_end_s) * 1e3)
 
+    def in_flight(self) -> list[Due]:
+        return self.exchange.in_flight()
+
     def now_s(self) -> float:
         return self.clock.now_s
 

@@ -95,7 +95,7 @@ def test_world_size_must_match_workers(tmp_path, fmnist_root):
     json.dumps(outputs)
 
 
-ADAPTIVE = {"deco-sgd", "cocktail-sgd-topk"}
+ADAPTIVE = {"deco-sgd", "cocktail-sgd-topk", "dga"}
 """Methods whose (δ, τ) come from the network they measure: the loopback run replays the
 simulated run's decisions (--replay-schedule), as a measured network never equals the
 simulated one."""
@@ -112,7 +112,8 @@ def test_every_emulatable_method_agrees_with_the_simulated_run(tmp_path, fmnist_
     """Per iteration: the same δ, τ and bits, and the same loss (the mean over the workers)
     within float32 tolerance; the same accuracy at the end."""
     flags = {"deco-sgd": ["--deco-interval", "3"],
-             "dd-ef-sgd": ["--delta", "0.05", "--tau", "2"]}.get(method, [])
+             "dd-ef-sgd": ["--delta", "0.05", "--tau", "2"],
+             "dga": ["--eval-every", "4"]}.get(method, [])
     args = [*COMMON, "--method", method, *flags, "--data-root", str(fmnist_root)]
     simulated = _simulated(args, tmp_path / "sim")
     replay = ["--replay-schedule", str(tmp_path / "sim")] if method in ADAPTIVE else []
@@ -132,8 +133,7 @@ def test_every_emulatable_method_agrees_with_the_simulated_run(tmp_path, fmnist_
 
 
 def test_a_method_that_cannot_run_emulated_says_why(tmp_path, fmnist_root):
-    codes, outputs = _ranks([*COMMON, "--method", "dga", "--data-root", str(fmnist_root)],
-                            tmp_path / "emu")
+    codes, outputs = _ranks([*COMMON, "--method", "accordion", "--data-root",
+                             str(fmnist_root)], tmp_path / "emu")
     assert codes == [2, 2]
-    assert "dga cannot run on the emulated backend: its workers hold different models" \
-        in outputs[0]
+    assert "accordion cannot run on the emulated backend: its per-layer Top-k" in outputs[0]

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -167,7 +168,9 @@ def lost_ranks_in(message: str, addresses: Sequence[str], own_rank: int) -> tupl
 class Communicator:
     """The per-rank communication thread (see the module docstring).
 
-    ``clock()`` returns seconds on the trace clock (0 = the run's synchronised start).
+    ``clock()`` returns seconds on the trace clock (0 = the run's synchronised start);
+    ``group``: the process group of the collectives (default: the default group; give the
+    thread its own when other code issues collectives meanwhile).
     """
 
     rank: int
@@ -178,6 +181,7 @@ class Communicator:
     timeout_s: float
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     addresses: Sequence[str] = ()
+    group: Any = None
     _queue: list[Outgoing] = field(default_factory=list, init=False)
     _arrived: dict[int, Arrival] = field(default_factory=dict, init=False)
     _error: BaseException | None = field(default=None, init=False)
@@ -214,6 +218,19 @@ class Communicator:
         if remaining > 0:
             time.sleep(remaining)
         return arrival, time.monotonic() - started
+
+    def peek(self, iteration: int) -> Arrival:
+        """The message of ``iteration`` once its collective has completed, left in place
+        for :meth:`wait` (e.g. to average models at an evaluation)."""
+        started = time.monotonic()
+        with self._cond:
+            while iteration not in self._arrived:
+                self._raise_if_failed()
+                if time.monotonic() - started > self.timeout_s:
+                    raise PeerLost(f"rank {self.rank}: the message of iteration {iteration} "
+                                   f"did not arrive within {self.timeout_s:.0f} s")
+                self._cond.wait(0.25)
+            return self._arrived[iteration]
 
     def close(self, drain: bool = True) -> None:
         """Finish the queued collectives (``drain``) and stop the thread."""
@@ -266,7 +283,8 @@ class Communicator:
         tx_start = self.clock()
         if message.dense:
             buffer = message.buffer
-            work = dist.all_reduce(buffer, op=dist.ReduceOp.SUM, async_op=True)
+            work = dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=self.group,
+                                   async_op=True)
             work.wait(timeout=timedelta(seconds=self.timeout_s))
             self._synchronise()
             tx_end = self.clock()
@@ -274,7 +292,7 @@ class Communicator:
             update = Update(values=buffer[: self.d] / self.workers, indices=None, d=self.d)
         else:
             frames = [torch.empty_like(message.buffer) for _ in range(self.workers)]
-            work = dist.all_gather(frames, message.buffer, async_op=True)
+            work = dist.all_gather(frames, message.buffer, group=self.group, async_op=True)
             work.wait(timeout=timedelta(seconds=self.timeout_s))
             self._synchronise()
             tx_end = self.clock()

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -105,13 +106,13 @@ class DistributedTransport:
     def __init__(self, rank: int, workers: int, topology: str,
                  trace_for: Callable[[int], Trace], latency_mechanism: str, timeout_s: float,
                  device: torch.device, addresses: tuple[str, ...] = (),
-                 start_file: Path | None = None) -> None:
+                 start_file: Path | None = None, group: Any = None) -> None:
         self.rank, self.workers, self.topology = rank, workers, topology
         self.trace_for, self.latency_mechanism = trace_for, latency_mechanism
         self.rows = slice(rank, rank + 1)
         self.leader = rank == 0
         self.device = device
-        self.timeout_s, self.addresses = timeout_s, addresses
+        self.timeout_s, self.addresses, self.group = timeout_s, addresses, group
         self.start_file = start_file
         self.clock = RankClock()
         self.comm: Communicator | None = None
@@ -136,8 +137,9 @@ class DistributedTransport:
                               else "comm-layer", self.topology, self.workers)
         self.comm = Communicator(rank=self.rank, workers=self.workers, d=d, delay=delay,
                                  clock=self.clock.trace_s, timeout_s=self.timeout_s,
-                                 device=self.device, addresses=self.addresses)
-        dist.barrier()
+                                 device=self.device, addresses=self.addresses,
+                                 group=self.group)
+        dist.barrier(group=self.group)
         self.clock.origin = time.monotonic()
         if self.leader and self.start_file is not None:
             write_text_atomic(self.start_file, f"{self.clock.origin!r}\n")
@@ -235,6 +237,10 @@ class DistributedTransport:
             sim_time_s=self._end, bubble_s=self.bubble_s, compute_s=self._end - self._start,
             bandwidth_mbps=self.trace.bandwidth_at(now) / 1e6,
             latency_ms=self.trace.latency_at(now) * 1e3, extra=extra)
+
+    def in_flight(self) -> list[Due]:
+        assert self.comm is not None, "start() first"
+        return [Due(s, self.comm.peek(s).update) for s in sorted(self.unapplied)]
 
     def now_s(self) -> float:
         return self.clock.train_s()

@@ -142,6 +142,11 @@ class LocalExchange:
     def __init__(self) -> None:
         self.queue: DelayQueue[Update] = DelayQueue()
 
+    def in_flight(self) -> list[Due]:
+        """The messages sent but not applied yet, in send order."""
+        return [Due(m.sent_at, m.update) for m in sorted(self.queue.in_flight,
+                                                          key=lambda m: m.sent_at)]
+
     def exchange(self, iteration: int, sent: Sent) -> list[Due]:
         """Send this iteration's messages; returns those due at ``iteration`` in send order."""
         self.queue.push(iteration, sent.staleness, sent.payload.mean())
@@ -186,8 +191,10 @@ class Method(ABC):
         ``[m, d]`` stack for methods whose workers hold different models (DGA)."""
         return params
 
-    def evaluation_params(self, params: Tensor) -> Tensor:
-        """The parameters to evaluate (methods with per-worker models override this)."""
+    def evaluation_params(self, params: Tensor, in_flight: Sequence[Due] = ()) -> Tensor:
+        """The parameters to evaluate (methods with per-worker models override this).
+        ``in_flight``: the messages sent but not yet applied, each the mean over the n
+        workers (a process holding fewer than n workers needs them to average models)."""
         return params
 
 
