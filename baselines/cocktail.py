@@ -135,5 +135,4 @@ def build_cocktail_sgd(context: MethodContext, options: CocktailOptions) -> Meth
 
 COCKTAIL_SGD_SPEC = MethodSpec(
     "cocktail-sgd", "CocktailSGD: random sample, Top-k and 4-bit quantisation with error "
-    "feedback, static (δ, τ) = DeCo's first plan", CocktailOptions, build_cocktail_sgd,
-    emulation="its wire format (random sample, Top-k, 4-bit quantisation) has no codec yet")
+    "feedback, static (δ, τ) = DeCo's first plan", CocktailOptions, build_cocktail_sgd)

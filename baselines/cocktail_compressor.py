@@ -85,6 +85,26 @@ def sample_positions(d: int, m: int, offset: int, iteration: int,
 def quantise(values: Tensor, quant_bits: int, bucket_size: int) -> tuple[Tensor, Tensor]:
     """Quant_b on each row of ``values`` [n, k]: returns (v̂ [n, k] in ``values``' dtype, the
     fp16 scales [n, ⌈k / bucket_size⌉]). Deterministic; see the module docstring."""
+    dequantised, scales, _ = quantise_levels(values, quant_bits, bucket_size)
+    return dequantised, scales
+
+
+def dequantise(q: Tensor, scales: Tensor, quant_bits: int, bucket_size: int,
+               dtype: torch.dtype = torch.float32) -> Tensor:
+    """v̂ = q · s / L from the integers ``q`` [n, k] and fp16 ``scales`` [n, buckets], exactly
+    as :func:`quantise` computes it (a receiver rebuilds the sender's values bit for bit)."""
+    n, k = q.shape
+    levels = 2 ** (quant_bits - 1) - 1
+    buckets = scales.shape[1]
+    padded = torch.zeros(n, buckets * bucket_size, dtype=torch.float64, device=q.device)
+    padded[:, :k] = q.to(torch.float64)
+    scale = scales.double().unsqueeze(2)
+    return (padded.view(n, buckets, bucket_size) * scale / levels).view(n, -1)[:, :k].to(dtype)
+
+
+def quantise_levels(values: Tensor, quant_bits: int,
+                    bucket_size: int) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`quantise` plus the integers q [n, k] (int64, in [−L, L]) that go on the wire."""
     n, k = values.shape
     levels = 2 ** (quant_bits - 1) - 1
     buckets = math.ceil(k / bucket_size)
@@ -100,7 +120,61 @@ def quantise(values: Tensor, quant_bits: int, bucket_size: int) -> tuple[Tensor,
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))
     q = torch.round(padded / safe * levels).clamp(-levels, levels)
     dequantised = (q * scale / levels).view(n, -1)[:, :k]
-    return dequantised.to(values.dtype), scales
+    return dequantised.to(values.dtype), scales, q.view(n, -1)[:, :k].to(torch.int64)
+
+
+@dataclass(frozen=True)
+class CocktailDecoder:
+    """Decodes any worker's CocktailSGD message from its bytes: the shared parts (the
+    sample's offset, b, the bucket size) are the same on every rank."""
+
+    offset: int
+    quant_bits: int
+    bucket_size: int
+
+    def layout(self, m: int, k: int) -> list[tuple[int, int]]:
+        """The payload's segments: the m-bit mask, k b-bit integers, the fp16 scales."""
+        return [(m, 1), (k, self.quant_bits), (math.ceil(k / self.bucket_size), SCALE_BITS)]
+
+    def decode(self, payload: Tensor, header: dict[str, float], d: int) -> tuple[Tensor, Tensor]:
+        from decobench.emulated.codec import unpack_segments
+
+        k, m, iteration = int(header["k"]), int(header["aux"]), int(header["iteration"])
+        mask, q, scales = unpack_segments(payload, self.layout(m, k))
+        chosen = torch.nonzero(mask, as_tuple=True)[0]
+        if chosen.numel() != k:
+            raise ValueError(f"corrupt CocktailSGD payload: {chosen.numel()} kept, header "
+                             f"says {k}")
+        levels = 2 ** (self.quant_bits - 1) - 1
+        halves = torch.where(scales >= 2**15, scales - 2**16, scales).to(torch.int16)
+        values = dequantise((q - levels).view(1, -1), halves.view(torch.float16).view(1, -1),
+                            self.quant_bits, self.bucket_size)[0]
+        positions = sample_positions(d, m, self.offset, iteration)
+        return values, positions[chosen]
+
+
+@dataclass(frozen=True)
+class CocktailWire:
+    """The wire form of one CocktailSGD batch: per row, the mask over the sample, the b-bit
+    integers (offset by L to be non-negative) and the fp16 scales: W bits, bit for bit."""
+
+    decoder: CocktailDecoder
+    sampled: int
+    chosen: Tensor      # [n, k] positions inside the sample, ascending
+    q: Tensor           # [n, k] integers in [−L, L]
+    scales: Tensor      # [n, buckets] fp16
+
+    def encode(self, row: int) -> tuple[Tensor, dict[str, float]]:
+        from decobench.emulated.codec import pack_segments
+
+        k = self.chosen.shape[1]
+        mask = torch.zeros(self.sampled, dtype=torch.int64)
+        mask[self.chosen[row].cpu()] = 1
+        levels = 2 ** (self.decoder.quant_bits - 1) - 1
+        halves = self.scales[row].cpu().view(torch.int16).to(torch.int64) & 0xFFFF
+        payload = pack_segments([(mask, 1), (self.q[row].cpu() + levels,
+                                             self.decoder.quant_bits), (halves, SCALE_BITS)])
+        return payload, {"k": float(k), "aux": float(self.sampled)}
 
 
 class CocktailCompressor:
@@ -119,6 +193,7 @@ class CocktailCompressor:
         self.max_sample_fraction = max_sample_fraction
         generator = torch.Generator().manual_seed(seed)
         self.offset = int(torch.randint(d, (1,), generator=generator))
+        self.decoder = CocktailDecoder(self.offset, quant_bits, bucket_size)
         self.last_split: CocktailSplit | None = None
 
     def compress(self, p: Tensor, delta: float, iteration: int = 0) -> Compressed:
@@ -130,8 +205,10 @@ class CocktailCompressor:
         sampled = p[:, positions]
         _, chosen = torch.topk(sampled.abs(), split.kept, dim=1, sorted=False)
         chosen = torch.sort(chosen, dim=1).values  # the mask order: ascending positions
-        values, _ = quantise(torch.gather(sampled, 1, chosen), self.quant_bits, self.bucket_size)
+        values, scales, q = quantise_levels(torch.gather(sampled, 1, chosen), self.quant_bits,
+                                            self.bucket_size)
         self.last_split = split
         return Compressed(values=values, indices=positions[chosen], d=d,
                           bits_per_worker=wire_bits(split, self.quant_bits, self.bucket_size),
-                          delta=split.kept / d)
+                          delta=split.kept / d,
+                          wire=CocktailWire(self.decoder, split.sampled, chosen, q, scales))

@@ -45,6 +45,9 @@ class Compressed:
     ``values`` is ``[n, k]`` with ``indices`` ``[n, k]`` for sparse messages, or ``[n, d]``
     with ``indices = None`` for dense ones. ``bits_per_worker`` is W, the wire size of one
     worker's message (deco-sgd.md §3). ``delta`` is the kept fraction k/d actually used.
+    ``wire``: how a message whose format is not Top-k's or dense goes on a real wire
+    (:class:`WireMessage`; None for Top-k and dense messages, which the emulated backend's
+    codec encodes itself).
     """
 
     values: Tensor
@@ -52,6 +55,7 @@ class Compressed:
     d: int
     bits_per_worker: int
     delta: float
+    wire: WireMessage | None = None
 
     @property
     def dense(self) -> bool:
@@ -74,6 +78,26 @@ class Compressed:
         if self.indices is None:
             return Update(values=self.values.mean(dim=0), indices=None, d=self.d)
         return Update(values=(self.values / n).reshape(-1), indices=self.indices.reshape(-1), d=self.d)
+
+
+class WireDecoder(Protocol):
+    """Rebuilds any worker's message of one format from its payload bytes and header (the
+    same decoder on every rank: it holds only what all workers share, e.g. a seed)."""
+
+    def decode(self, payload: Tensor, header: dict[str, float], d: int) -> tuple[Tensor, Tensor]:
+        """``(values [k] fp32, indices [k] int64)`` of the message in ``payload``."""
+        ...
+
+
+class WireMessage(Protocol):
+    """The rows of one :class:`Compressed` batch in their own wire format."""
+
+    decoder: WireDecoder
+
+    def encode(self, row: int) -> tuple[Tensor, dict[str, float]]:
+        """Row ``row``'s payload (uint8, exactly ⌈W/8⌉ bytes) and the header fields its
+        decoder needs (``k`` and ``aux``)."""
+        ...
 
 
 class Compressor(Protocol):

@@ -95,7 +95,7 @@ def test_world_size_must_match_workers(tmp_path, fmnist_root):
     json.dumps(outputs)
 
 
-ADAPTIVE = {"deco-sgd", "cocktail-sgd-topk", "dga"}
+ADAPTIVE = {"deco-sgd", "cocktail-sgd-topk", "dga", "cocktail-sgd"}
 """Methods whose (δ, τ) come from the network they measure: the loopback run replays the
 simulated run's decisions (--replay-schedule), as a measured network never equals the
 simulated one."""

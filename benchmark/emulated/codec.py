@@ -54,7 +54,7 @@ from __future__ import annotations
 import math
 import struct
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -78,6 +78,8 @@ __all__ = [
     "encode_header",
     "encode_sparse",
     "format_bits",
+    "pack_segments",
+    "unpack_segments",
     "frame",
     "pack_bits",
     "payload_bytes",
@@ -208,6 +210,35 @@ def unpack_bits(stream: Tensor, n: int, width: int) -> Tensor:
         cols[j] |= _shift(rows[m], -s)
     cols &= (1 << width) - 1
     return cols.t().reshape(-1)[:n].clone()
+
+
+def pack_segments(segments: Sequence[tuple[Tensor, int]]) -> Tensor:
+    """Fields of several widths, ``[(fields, width), ...]``, as one LSB-first bitstream of
+    ``ceil(Σ count·width / 8)`` bytes (segments follow each other bit by bit, no padding)."""
+    parts = []
+    for fields, width in segments:
+        shifts = torch.arange(width, dtype=torch.int64)
+        parts.append(((fields.reshape(-1, 1).to(torch.int64) >> shifts) & 1).reshape(-1))
+    bits = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
+    nbytes = (bits.numel() + 7) // 8
+    padded = torch.zeros(nbytes * 8, dtype=torch.int64)
+    padded[: bits.numel()] = bits
+    return (padded.view(nbytes, 8) << torch.arange(8)).sum(dim=1).to(torch.uint8)
+
+
+def unpack_segments(stream: Tensor, layout: Sequence[tuple[int, int]]) -> list[Tensor]:
+    """Inverse of :func:`pack_segments` for ``[(count, width), ...]``: int64 fields each."""
+    total = sum(count * width for count, width in layout)
+    if stream.numel() * 8 < total:
+        raise DecobenchError(f"payload of {stream.numel()} bytes is shorter than the "
+                             f"{(total + 7) // 8} bytes its header announces")
+    bits = ((stream.to(torch.int64).reshape(-1, 1) >> torch.arange(8)) & 1).reshape(-1)
+    out, position = [], 0
+    for count, width in layout:
+        segment = bits[position: position + count * width].view(count, width)
+        out.append((segment << torch.arange(width, dtype=torch.int64)).sum(dim=1))
+        position += count * width
+    return out
 
 
 def _pack_mask(mask: Tensor) -> Tensor:
@@ -372,6 +403,7 @@ HEADER_FIELDS: tuple[str, ...] = (
     "obs_tx_end_s",
     "obs_arrive_s",
     "loss",
+    "aux",
 )
 """Header fields in wire order; each is one little-endian float64 (integers exact to 2**53).
 Append new fields at the end (both ends must share the tuple)."""

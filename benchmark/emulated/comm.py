@@ -55,6 +55,7 @@ class Outgoing:
     dense: bool
     k: int
     buffer: Tensor
+    decoder: Any = None        # a WireDecoder for messages in their own wire format
 
 
 @dataclass
@@ -103,6 +104,16 @@ def encode_message(compressed: Compressed, header: dict[str, float], rank: int,
     messages the codec does not encode (its ``bits_per_worker`` is not the Top-k or dense
     size) is an error, not a silently different message."""
     iteration = int(header["iteration"])
+    if compressed.wire is not None:
+        payload, fields = compressed.wire.encode(0)
+        if payload.numel() != -(-compressed.bits_per_worker // 8):
+            raise DecobenchError(
+                f"this method's wire format sent {payload.numel()} bytes for a message of "
+                f"{compressed.bits_per_worker} bits; it must send exactly ⌈W/8⌉")
+        frame = codec.frame(codec.encode_header({**header, **fields}), payload)
+        return Outgoing(iteration=iteration, dense=False, k=int(fields["k"]),
+                        buffer=as_words(frame).to(compressed.values.device),
+                        decoder=compressed.wire.decoder)
     sent_bytes = (4 * compressed.d if compressed.dense
                   else codec.payload_bytes(int(compressed.values.numel()), compressed.d))
     if sent_bytes != -(-compressed.bits_per_worker // 8):
@@ -301,6 +312,10 @@ class Communicator:
                 header, payload = codec.unframe(from_words(frame.cpu()))
                 k = int(header["k"])
                 headers.append(header)
+                if message.decoder is not None:
+                    values, indices = message.decoder.decode(payload, header, self.d)
+                    decoded.append(codec.DecodedMessage(values, indices, self.d))
+                    continue
                 decoded.append(codec.decode_sparse(payload[: codec.payload_bytes(k, self.d)],
                                                    k, self.d))
             update = mean_update(decoded, self.d, self.device)
