@@ -149,18 +149,6 @@ class Trained:
     metrics_at: dict[int, float]
 
 
-@dataclass(frozen=True)
-class LoopSettings:
-    """What the loop needs of a prepared run (:class:`decobench.runner.PreparedRun`)."""
-
-    max_iters: int
-    batch_size: int
-    log_every: int
-    target: float | None
-    stop_at_target: bool
-    max_sim_time: float | None
-
-
 def record_evaluation(outcome: Outcome, book: TargetBook, target: float | None,
                       row: dict[str, Any], iterations: int, metric: float, metric_name: str,
                       metric_time_s: float) -> None:

@@ -26,7 +26,7 @@ import os
 import shutil
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -185,19 +185,25 @@ def execute_sweep(plan: SweepPlan, jobs: int, wandb: bool = True,
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
-                cell = pending.pop(future)
-                try:
-                    summary = future.result()
-                except Exception as exc:  # noqa: BLE001 - recorded and reported, sweep goes on
-                    error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-                    failures.append((cell, error))
-                    _record_failure(plan.out, cell, error)
-                    bar.advance(cell.name, f"FAILED: {error}")
-                    continue
-                ttt = summary["time_to_target_s"]
-                bar.advance(cell.name, f"{summary['status']}, time to target "
-                            + ("not reached" if ttt is None else f"{ttt:.2f} s"))
+                _settle(plan, pending.pop(future), future.result, bar, failures)
     return failures
+
+
+def _settle(plan: SweepPlan, cell: Cell, result: Callable[[], dict[str, Any]], bar: Any,
+            failures: list[tuple[Cell, str]]) -> None:
+    """Wait for one cell's ``result()``: a line on the progress bar, and a failure recorded
+    (the sweep goes on) if it raised."""
+    try:
+        summary = result()
+    except Exception as exc:  # noqa: BLE001 - recorded and reported, sweep goes on
+        error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        failures.append((cell, error))
+        _record_failure(plan.out, cell, error)
+        bar.advance(cell.name, f"FAILED: {error}")
+        return
+    ttt = summary["time_to_target_s"]
+    bar.advance(cell.name, f"{summary['status']}, time to target "
+                + ("not reached" if ttt is None else f"{ttt:.2f} s"))
 
 
 def _execute_one_at_a_time(plan: SweepPlan, wandb: bool,
@@ -209,17 +215,8 @@ def _execute_one_at_a_time(plan: SweepPlan, wandb: bool,
     failures: list[tuple[Cell, str]] = []
     with SweepProgress(total=len(plan.cells), done=len(plan.done), enabled=show_progress) as bar:
         for cell in plan.todo:
-            try:
-                summary = run_cell(cell, plan.out, wandb)
-            except Exception as exc:  # noqa: BLE001 - recorded and reported, sweep goes on
-                error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-                failures.append((cell, error))
-                _record_failure(plan.out, cell, error)
-                bar.advance(cell.name, f"FAILED: {error}")
-                continue
-            ttt = summary["time_to_target_s"]
-            bar.advance(cell.name, f"{summary['status']}, time to target "
-                        + ("not reached" if ttt is None else f"{ttt:.2f} s"))
+            _settle(plan, cell, lambda cell=cell: run_cell(cell, plan.out, wandb), bar,
+                    failures)
     return failures
 
 

@@ -217,13 +217,7 @@ class Communicator:
         seconds this call waited (the bubble)."""
         started = time.monotonic()
         with self._cond:
-            while iteration not in self._arrived:
-                self._raise_if_failed()
-                if time.monotonic() - started > self.timeout_s:
-                    raise PeerLost(f"rank {self.rank}: the message of iteration {iteration} "
-                                   f"did not arrive within {self.timeout_s:.0f} s; a peer is "
-                                   "hung or the link is far slower than the trace")
-                self._cond.wait(0.25)
+            self._await_locked(iteration, started)
             arrival = self._arrived.pop(iteration)
         remaining = arrival.arrive_s - self.clock()
         if remaining > 0:
@@ -233,15 +227,19 @@ class Communicator:
     def peek(self, iteration: int) -> Arrival:
         """The message of ``iteration`` once its collective has completed, left in place
         for :meth:`wait` (e.g. to average models at an evaluation)."""
-        started = time.monotonic()
         with self._cond:
-            while iteration not in self._arrived:
-                self._raise_if_failed()
-                if time.monotonic() - started > self.timeout_s:
-                    raise PeerLost(f"rank {self.rank}: the message of iteration {iteration} "
-                                   f"did not arrive within {self.timeout_s:.0f} s")
-                self._cond.wait(0.25)
+            self._await_locked(iteration, time.monotonic())
             return self._arrived[iteration]
+
+    def _await_locked(self, iteration: int, started: float) -> None:
+        """Wait (holding the lock) until the collective of ``iteration`` has completed."""
+        while iteration not in self._arrived:
+            self._raise_if_failed()
+            if time.monotonic() - started > self.timeout_s:
+                raise PeerLost(f"rank {self.rank}: the message of iteration {iteration} "
+                               f"did not arrive within {self.timeout_s:.0f} s; a peer is "
+                               "hung or the link is far slower than the trace")
+            self._cond.wait(0.25)
 
     def close(self, drain: bool = True) -> None:
         """Finish the queued collectives (``drain``) and stop the thread."""
