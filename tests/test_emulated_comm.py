@@ -108,3 +108,18 @@ def test_a_message_the_codec_would_resize_is_an_error():
                        delta=0.005)
     with pytest.raises(DecobenchError, match="messages are 160 bits but the wire codec"):
         encode_message(randk, {"iteration": 0.0, "flags": 0.0}, 0, 2)
+
+
+def test_fidelity_replays_the_emulated_schedule_through_the_run():
+    from decobench.config import RunConfig
+    from decobench.emulated.fidelity import replayed
+    from decobench.methods.controllers import Schedule
+    from decobench.runner import prepare
+
+    rows = [{"iteration": 2, "delta": 0.2, "tau": 1}, {"iteration": 1, "delta": 0.01, "tau": 0},
+            {"iteration": 2, "metric": 0.5}]
+    run = prepare(RunConfig(task="cnn-fmnist", method="deco-sgd",
+                            trace="constant-20mbps-100ms"))
+    assert replayed(run, rows).replay == (Schedule(0.01, 0), Schedule(0.2, 1))
+    plain = prepare(RunConfig(task="cnn-fmnist", method="d-sgd", trace="constant-20mbps-100ms"))
+    assert replayed(plain, rows) is plain

@@ -3,7 +3,10 @@
 - :mod:`decobench.emulated.codec` — a message's bytes, exactly ⌈W/8⌉ of payload;
 - :mod:`decobench.emulated.delivery` — the latency the communication layer adds;
 - :mod:`decobench.emulated.comm` — background collectives overlapping computation;
-- :mod:`decobench.emulated.worker` — one rank's training loop (torchrun-compatible);
+- :mod:`decobench.emulated.transport` — the transport the one training loop
+  (:mod:`decobench.loop`) runs over on a rank: collectives, header agreement, measured clock;
+- :mod:`decobench.emulated.worker` — one rank: process group, run directory, the loop
+  (torchrun-compatible);
 - :mod:`decobench.emulated.launcher` — ``decobench run --backend emulated``: namespaces,
   shaping, probe, trace player, worker processes, fault handling and teardown;
 - :mod:`decobench.emulated.fidelity` — ``decobench fidelity``: both backends, one table.

@@ -152,23 +152,17 @@ def render_markdown(rows: Sequence[FidelityRow], header: dict[str, Any]) -> str:
 
 
 def replayed(run: PreparedRun, emulated_rows: Sequence[dict[str, Any]]) -> PreparedRun:
-    """``run`` whose method follows the emulated run's (δ, τ) schedule
-    (:meth:`~decobench.methods.Method.replay`); methods that cannot replay one, or D-SGD, are
-    returned unchanged."""
+    """``run`` following the emulated run's per-iteration (δ, τ) (``PreparedRun.replay``,
+    what ``--replay-schedule`` sets: the loop hands it to :meth:`Method.replay`); D-SGD, which
+    decides nothing, is returned unchanged."""
     from decobench.methods.controllers import Schedule
 
-    schedules = [Schedule(float(r["delta"]), int(r["tau"]))
-                 for r in sorted(emulated_rows, key=lambda r: int(r["iteration"]))
-                 if "delta" in r and "tau" in r]
-    original = run.spec.build
-
-    def build(context: Any, options: Any) -> Any:
-        method = original(context, options)
-        if run.config.method != "d-sgd":
-            method.replay(schedules)
-        return method
-
-    return dataclasses.replace(run, spec=dataclasses.replace(run.spec, build=build))
+    if run.config.method == "d-sgd":
+        return run
+    schedules = tuple(Schedule(float(r["delta"]), int(r["tau"]))
+                      for r in sorted(emulated_rows, key=lambda r: int(r["iteration"]))
+                      if "delta" in r and "tau" in r)
+    return dataclasses.replace(run, replay=schedules or None)
 
 
 def run_fidelity(base: RunConfig, methods: Sequence[str], out: Path, warmup: int,
