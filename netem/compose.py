@@ -69,21 +69,9 @@ CACHE_MOUNT = "/root/.cache"
 """Where downloads land in the image (root's home): ``~/.cache/decobench/data`` for
 torchvision data sets, ``~/.cache/huggingface`` for WikiText and tokenizers."""
 
-PREFETCH_CODE = """\
-import sys
-from pathlib import Path
-from decobench.config import load_yaml_config
-from decobench.tasks import get_task
-config = load_yaml_config(sys.argv[1])
-task = get_task(config["task"])
-root = config.get("data_root")
-task.load_data(Path(root) if root else None, not root,
-               task.profile(config.get("profile") or "paper"),
-               task.dataset_variant(config.get("dataset")))
-print(f"data for {task.name}: ready", flush=True)
-"""
-"""Run by the ``data`` service as ``python -c PREFETCH_CODE RUN.yaml``: loads the task's data
-once (downloading it when the run config has no ``data_root``)."""
+DATA_COMMAND = ("decobench", "data", "fetch", "--config")
+"""The ``data`` service's command (followed by the run config's path): loads the task's data
+once, downloading it when the run config has no ``data_root``."""
 
 _NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
 
@@ -203,8 +191,7 @@ def render_compose(
     services["data"] = {
         "image": img,
         "container_name": f"{name}-data",
-        "command": ["python", "-c", PREFETCH_CODE,
-                    f"{CONFIG_MOUNT}/{_env('RUN_CONFIG', run_config)}"],
+        "command": [*DATA_COMMAND, f"{CONFIG_MOUNT}/{_env('RUN_CONFIG', run_config)}"],
         "volumes": [config_volume, cache_volume],
         "restart": "no",
     }

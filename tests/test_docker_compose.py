@@ -11,13 +11,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from decobench.netem.compose import PREFETCH_CODE, container_trace, main, render_compose
+from decobench.netem.compose import DATA_COMMAND, container_trace, main, render_compose
 from decobench.netem.tc import LinkSetting, tc_rate_bps
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,12 +173,19 @@ def test_run_yaml_is_a_valid_run_config_and_the_worker_command_parses():
 
 
 @pytest.mark.skipif(not FMNIST_MINI.is_dir(), reason=f"no offline data slice at {FMNIST_MINI}")
-def test_data_prefetch_code_loads_the_task_data(tmp_path, monkeypatch, capsys):
+def test_data_service_command_loads_the_task_data(tmp_path, capsys):
+    from decobench.cli import main as decobench
+
     config = tmp_path / "run.yaml"
     config.write_text(f"task: cnn-fmnist\nmethod: d-sgd\ndata_root: {FMNIST_MINI}\n")
-    monkeypatch.setattr(sys, "argv", ["-c", str(config)])
-    exec(compile(PREFETCH_CODE, "<data service>", "exec"), {"__name__": "__main__"})
+    command = yaml.safe_load(render_compose(4))["services"]["data"]["command"]
+    assert command[:4] == list(DATA_COMMAND) and command[4].startswith("/config/")
+    assert decobench([*DATA_COMMAND[1:], str(config)]) == 0
     assert "data for cnn-fmnist: ready" in capsys.readouterr().out
+    config.write_text(f"task: cnn-fmnist\ndata_root: {tmp_path / 'nothing'}\n")
+    assert decobench([*DATA_COMMAND[1:], str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("decobench: error:") and "nothing" in err[0]
 
 
 def test_dockerfile_installs_every_package_and_keeps_the_entry_point():

@@ -277,9 +277,13 @@ def cmd_standins(args: argparse.Namespace) -> int:
 
 
 def add_data_parser(subparsers: Any) -> None:
-    """Register ``data`` and its subcommand ``standins`` on an argparse subparsers object
-    (``decobench data standins``); each leaf sets ``func``."""
-    data = subparsers.add_parser("data", help="offline data: build stand-in data sets",
+    """Register ``data`` and its subcommands ``standins`` and ``fetch`` on an argparse
+    subparsers object (``decobench data standins``, ``decobench data fetch``); each leaf
+    sets ``func``."""
+    from decobench.tasks.fetch import add_fetch_parser
+
+    data = subparsers.add_parser("data", help="offline data: build stand-in data sets; "
+                                 "fetch a run's data",
                                  description="Offline data sets for the benchmark's tasks.")
     sub = data.add_subparsers(dest="data_command", metavar="COMMAND", required=True)
     standins = sub.add_parser(
@@ -290,6 +294,7 @@ def add_data_parser(subparsers: Any) -> None:
         "them are not comparable to CIFAR-10 or ImageNet results.")
     add_arguments(standins)
     standins.set_defaults(func=cmd_standins)
+    add_fetch_parser(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
