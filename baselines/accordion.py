@@ -56,7 +56,15 @@ from torch import Tensor
 
 from decobench.compressors import Compressed, DenseCompressor, TopKCompressor
 from decobench.error_feedback import ErrorFeedback
-from decobench.methods.base import Due, Method, MethodContext, MethodOptions, MethodSpec, Sent
+from decobench.methods.base import (
+    Due,
+    Method,
+    MethodContext,
+    MethodOptions,
+    MethodSpec,
+    Sent,
+    summed,
+)
 from decobench.optimizer import OptimizerConfig, SharedOptimizer, learning_rate
 from decobench.wire import topk_count
 
@@ -268,10 +276,7 @@ class Accordion(Method):
     def receive(self, iteration: int, params: Tensor, due: Sequence[Due]) -> dict[str, Any]:
         """Aggregation half: x_{t+1} = shared optimizer step on u_t (τ = 0: this
         iteration's average)."""
-        update = torch.zeros_like(params)
-        for message in due:
-            message.update.add_to(update)
-        self.optimizer.step(params, update, iteration)
+        self.optimizer.step(params, summed(due, torch.zeros_like(params)), iteration)
         return {}
 
     def _layer_delta(self, critical: bool) -> float:

@@ -52,7 +52,7 @@ Decisions this project made where the paper or its reference code is ambiguous:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +68,7 @@ from decobench.methods.base import (
     MethodSpec,
     Observation,
     Sent,
+    summed,
 )
 from decobench.optimizer import SharedOptimizer
 from decobench.wire import dense_wire_bits
@@ -190,7 +191,8 @@ class DGA(Method):
     def worker_params(self, params: Tensor) -> Tensor:
         return self._workers(params).stack()
 
-    def evaluation_params(self, params: Tensor, in_flight: Sequence[Due] = ()) -> Tensor:
+    def evaluation_params(self, params: Tensor,
+                          in_flight: Callable[[], Sequence[Due]] = tuple) -> Tensor:
         """The workers' average model. A process holding every worker averages its rows; an
         emulated rank holds one, so it adds the in-flight averages to the shared part:
         x̄ + Σ_{s in flight} (1/n) Σ_j Δ^j_s."""
@@ -198,10 +200,7 @@ class DGA(Method):
             return params
         if self.context.local_workers == self.context.workers:
             return self.workers.average()
-        average = self.workers.shared.clone()
-        for message in in_flight:
-            message.update.add_to(average)
-        return average
+        return summed(in_flight(), self.workers.shared.clone())
 
     def replay(self, schedules: Sequence[Any]) -> bool:
         """Send with the recorded τ of each iteration (D as an earlier run chose it)."""

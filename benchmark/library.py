@@ -48,6 +48,7 @@ from torch import Tensor
 from decobench.emulated.transport import DistributedTransport
 from decobench.errors import DecobenchError
 from decobench.methods import DDEFSGD, Method, MethodContext, Observation, get_method_spec
+from decobench.methods.base import summed
 from decobench.netem.generators import constant
 from decobench.optimizer import OptimizerConfig
 
@@ -101,7 +102,7 @@ class DecoCommunication:
         group = dist.new_group(backend=dist.get_backend())
         self.transport = DistributedTransport(rank, world, "ring", lambda _: link, "kernel",
                                               timeout_s, device, group=group)
-        self.transport.start(self.method, d)
+        self.transport.start(d)
         self.iteration = 0
         self._no_params = torch.zeros(0, device=device)
         self._observed: Sequence[Observation] = self.transport.observations(0)
@@ -120,9 +121,7 @@ class DecoCommunication:
         self.transport.submit(k, sent, float("nan"))
         due = self.transport.due(k)
         self.transport.losses()                  # the benchmark's rows need them; not here
-        update = torch.zeros(self.d, dtype=torch.float32, device=gradient.device)
-        for message in due:
-            message.update.add_to(update)
+        update = summed(due, torch.zeros(self.d, dtype=torch.float32, device=gradient.device))
         self.iteration = k + 1
         # the next iteration's compute starts now: the transport times it from here
         self._observed = self.transport.observations(k + 1)

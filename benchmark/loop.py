@@ -37,7 +37,7 @@ from decobench.errors import DecobenchError
 from decobench.evaluation import EvaluationSchedule, TargetBook
 from decobench.flat import FlatLayout
 from decobench.gradients import WorkerGradients
-from decobench.methods import Due, Method, MethodContext, Observation, Sent
+from decobench.methods import Due, MethodContext, Observation, Sent
 from decobench.progress import RunProgress
 from decobench.sharding import ShardedBatches
 from decobench.tasks import TaskData
@@ -71,8 +71,8 @@ class Transport(Protocol):
     device: torch.device
     time_basis: str
 
-    def start(self, method: Method, d: int) -> None:
-        """Training starts now (after set-up); ``d`` parameters."""
+    def start(self, d: int) -> None:
+        """Training starts now (after set-up) for a model of ``d`` parameters."""
 
     def observations(self, iteration: int) -> Sequence[Observation]:
         """Transfers that completed before ``iteration`` starts, to give the method."""
@@ -202,10 +202,10 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
                            enabled=show_progress and leader)
 
     def evaluate() -> float:
-        eval_params = method.evaluation_params(params, transport.in_flight())
+        eval_params = method.evaluation_params(params, transport.in_flight)
         return task.evaluate(lambda inputs: gradients.forward(eval_params, inputs), data)
 
-    transport.start(method, layout.d)
+    transport.start(layout.d)
     with progress:
         for k in range(run.max_iters):
             for observation in transport.observations(k):

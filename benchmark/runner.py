@@ -9,6 +9,7 @@ loop of :mod:`decobench.loop` over the :class:`~decobench.simulated.SimulatedTra
 
 from __future__ import annotations
 
+import functools
 import platform
 import subprocess
 import time
@@ -334,7 +335,8 @@ def _train_pass(run: PreparedRun, data: TaskData, evaluations: EvaluationSchedul
     """Build the model, method and clock from the seed and train once (one pass)."""
     config = run.config
 
-    def trace_for(d: int) -> Trace:
+    @functools.cache
+    def trace_for(d: int) -> Trace:                 # begin() and the transport share it
         return run.condition.trace_for(d, run.compute_time_s)
 
     transport = SimulatedTransport(trace_for, config.topology, config.workers,

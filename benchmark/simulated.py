@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from decobench.loop import IterationTimes, no_pause
-from decobench.methods import Due, LocalExchange, Method, Observation, Sent
+from decobench.methods import Due, LocalExchange, Observation, Sent
 from decobench.netem.trace import Trace
 from decobench.timemodel import EventClock, IterationTiming
 
@@ -45,7 +45,7 @@ class SimulatedTransport:
         self._losses: dict[int, float] = {}
         self._stop = False
 
-    def start(self, method: Method, d: int) -> None:
+    def start(self, d: int) -> None:
         self.trace = self.trace_for(d)
         self.clock = EventClock(self.trace, topology=self.topology, workers=self.workers)
 

@@ -106,21 +106,15 @@ def encode_message(compressed: Compressed, header: dict[str, float], rank: int,
     iteration = int(header["iteration"])
     if compressed.wire is not None:
         payload, fields = compressed.wire.encode(0)
-        if payload.numel() != -(-compressed.bits_per_worker // 8):
-            raise DecobenchError(
-                f"this method's wire format sent {payload.numel()} bytes for a message of "
-                f"{compressed.bits_per_worker} bits; it must send exactly ⌈W/8⌉")
+        _require_wire_size(payload.numel(), compressed.bits_per_worker, "its own wire format")
         frame = codec.frame(codec.encode_header({**header, **fields}), payload)
         return Outgoing(iteration=iteration, dense=False, k=int(fields["k"]),
                         buffer=as_words(frame).to(compressed.values.device),
                         decoder=compressed.wire.decoder)
-    sent_bytes = (4 * compressed.d if compressed.dense
-                  else codec.payload_bytes(int(compressed.values.numel()), compressed.d))
-    if sent_bytes != -(-compressed.bits_per_worker // 8):
-        raise DecobenchError(
-            f"this method's messages are {compressed.bits_per_worker} bits but the wire codec "
-            f"would send {8 * sent_bytes} (it encodes Top-k and dense messages): declare "
-            "MethodSpec(emulation='reason') for methods with other messages")
+    _require_wire_size(4 * compressed.d if compressed.dense
+                       else codec.payload_bytes(int(compressed.values.numel()), compressed.d),
+                       compressed.bits_per_worker,
+                       "the wire codec (Top-k and dense messages)")
     if compressed.dense:
         values = compressed.values.reshape(-1).to(torch.float32)
         buffer = torch.cat([values, _dense_header_slots(header, rank, workers).to(values.device)])
@@ -131,6 +125,15 @@ def encode_message(compressed: Compressed, header: dict[str, float], rank: int,
     frame = codec.frame(codec.encode_header({**header, "k": float(values.numel())}), payload)
     return Outgoing(iteration=iteration, dense=False, k=int(values.numel()),
                     buffer=as_words(frame).to(compressed.values.device))
+
+
+def _require_wire_size(sent_bytes: int, bits: int, encoder: str) -> None:
+    """A message must travel as the ⌈W/8⌉ bytes the method charged the time model for."""
+    if sent_bytes != -(-bits // 8):
+        raise DecobenchError(
+            f"this method's messages are {bits} bits but {encoder} would send "
+            f"{8 * sent_bytes}: give its messages a wire format (Compressed.wire) or declare "
+            "MethodSpec(emulation='reason')")
 
 
 def as_words(frame: Tensor) -> Tensor:

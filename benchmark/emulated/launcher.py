@@ -55,9 +55,10 @@ class RunFailed(DecobenchError):
     """An emulated run ended without success; ``failure.json`` says why."""
 
 
-def check_emulation(run: PreparedRun) -> str:
-    """Everything checkable before creating anything; returns the latency mechanism."""
-    from decobench.netem.netns import require_root, resolve_latency_mechanism
+def check_emulation(run: PreparedRun) -> None:
+    """Everything checkable before creating anything (the backend's ``check``); the latency
+    mechanism is resolved by :func:`launch`, once, as it probes the kernel."""
+    from decobench.netem.netns import require_root
 
     config = run.config
     if run.spec.emulation is not None:
@@ -71,7 +72,6 @@ def check_emulation(run: PreparedRun) -> str:
                              "links that already have their latency; 'decobench run --backend "
                              "emulated' shapes its own links: use auto, netem or comm-layer")
     require_root()
-    return resolve_latency_mechanism(config.emulation.latency_mechanism)
 
 
 @dataclass
@@ -104,13 +104,14 @@ def launch(run: PreparedRun, overwrite: bool = False, show_progress: bool = True
            wandb: bool = True) -> dict[str, Any]:
     """Run ``run`` on the emulated backend; returns rank 0's summary or raises
     :class:`RunFailed` (after writing ``failure.json``)."""
-    from decobench.netem.netns import NamespaceNetwork, NetworkPlan
+    from decobench.netem.netns import NamespaceNetwork, NetworkPlan, resolve_latency_mechanism
     from decobench.netem.player import NetnsShaper, TracePlayer
     from decobench.netem.probe import probe_links, write_probe
     from decobench.netem.tc import LinkSetting
 
-    mechanism = check_emulation(run)
+    check_emulation(run)
     config = run.config
+    mechanism = resolve_latency_mechanism(config.emulation.latency_mechanism)
     d = parameter_count(run.task, run.profile)
     trace = run.condition.trace_for(d, run.compute_time_s)
     timeout_s = config.emulation.timeout_s or default_timeout_s(d, trace, config.workers,
@@ -291,6 +292,6 @@ def _launch(run: PreparedRun, *, overwrite: bool = False, show_progress: bool = 
 EMULATED = Backend(
     "emulated", "n worker processes (torch.distributed) in network namespaces over links "
     "shaped live from the trace; times measured (root)",
-    check=lambda run: (check_emulation(run), None)[1], run=_launch, parallel_cells=False)
+    check=check_emulation, run=_launch, parallel_cells=False)
 """The emulated backend (entry point ``emulated`` of ``decobench.backends``); its settings
 are ``RunConfig.emulation``."""

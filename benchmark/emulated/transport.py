@@ -34,7 +34,7 @@ from decobench.atomicio import write_text_atomic
 from decobench.emulated.comm import Arrival, Communicator, encode_message
 from decobench.emulated.delivery import DeliveryDelay
 from decobench.loop import IterationTimes
-from decobench.methods import Due, Method, Observation, Sent
+from decobench.methods import Due, Observation, Sent
 from decobench.netem.trace import Trace
 from decobench.topology import topology_factors
 
@@ -131,7 +131,7 @@ class DistributedTransport:
         self._waited = 0.0
         self._transfer: Arrival | None = None
 
-    def start(self, method: Method, d: int) -> None:
+    def start(self, d: int) -> None:
         self.trace = self.trace_for(d)
         delay = DeliveryDelay(self.trace, "kernel" if self.latency_mechanism == "kernel"
                               else "comm-layer", self.topology, self.workers)

@@ -9,6 +9,7 @@ were sent). The method objects are the simulated backend's, built for one row of
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass, field
@@ -134,7 +135,8 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
                              f"{run.spec.emulation}")
     data = load_task_data(run)
 
-    def trace_for(d: int) -> Trace:
+    @functools.cache
+    def trace_for(d: int) -> Trace:                 # begin() and the transport share it
         return run.condition.trace_for(d, run.compute_time_s)
 
     transport = DistributedTransport(

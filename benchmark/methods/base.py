@@ -134,6 +134,14 @@ class Due:
     update: Update
 
 
+def summed(messages: Sequence[Due], into: Tensor) -> Tensor:
+    """``into`` plus the updates of ``messages`` in their order, e.g. u_t = Σ_{s+τ_s=t} u_s
+    (deco-sgd.md §2) with ``into`` zeros (``into`` is modified and returned)."""
+    for message in messages:
+        message.update.add_to(into)
+    return into
+
+
 class LocalExchange:
     """The exchange of a process that holds all n workers: the mean of the sent rows, kept
     in a :class:`DelayQueue` until s + τ_s (deco-sgd.md §2). The simulated transport uses it,
@@ -171,7 +179,9 @@ class Method(ABC):
 
     def step(self, iteration: int, params: Tensor, gradients: Tensor) -> StepResult:
         """Both halves in one process holding all n workers (``gradients`` is ``[n, d]``)."""
-        exchange = self.__dict__.setdefault("_local_exchange", LocalExchange())
+        exchange = self.__dict__.get("_local_exchange")
+        if exchange is None:
+            exchange = self.__dict__["_local_exchange"] = LocalExchange()
         sent = self.send(iteration, params, gradients)
         due = exchange.exchange(iteration, sent)
         return sent.result(len(due), self.receive(iteration, params, due))
@@ -191,10 +201,12 @@ class Method(ABC):
         ``[m, d]`` stack for methods whose workers hold different models (DGA)."""
         return params
 
-    def evaluation_params(self, params: Tensor, in_flight: Sequence[Due] = ()) -> Tensor:
+    def evaluation_params(self, params: Tensor,
+                          in_flight: Callable[[], Sequence[Due]] = tuple) -> Tensor:
         """The parameters to evaluate (methods with per-worker models override this).
-        ``in_flight``: the messages sent but not yet applied, each the mean over the n
-        workers (a process holding fewer than n workers needs them to average models)."""
+        ``in_flight()`` gives the messages sent but not yet applied, each the mean over the n
+        workers (a process holding fewer than n workers needs them to average models); it
+        may wait for them, so only a method that needs them calls it."""
         return params
 
 

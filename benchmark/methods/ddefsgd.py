@@ -17,7 +17,7 @@ from torch import Tensor
 
 from decobench.compressors import Compressor, DenseCompressor
 from decobench.error_feedback import ErrorFeedback
-from decobench.methods.base import Due, Method, MethodContext, Observation, Sent
+from decobench.methods.base import Due, Method, MethodContext, Observation, Sent, summed
 from decobench.methods.controllers import Controller, ReplayController
 from decobench.optimizer import SharedOptimizer
 
@@ -64,8 +64,5 @@ class DDEFSGD(Method):
     def receive(self, iteration: int, params: Tensor, due: Sequence[Due]) -> dict[str, Any]:
         """The aggregation half: u_t = Σ of the updates due at ``iteration`` (each already
         the mean over the n workers), then x_{t+1} = optimizer step on u_t."""
-        update = torch.zeros_like(params)
-        for message in due:
-            message.update.add_to(update)
-        self.optimizer.step(params, update, iteration)
+        self.optimizer.step(params, summed(due, torch.zeros_like(params)), iteration)
         return {}
