@@ -69,12 +69,16 @@ class Registry(Generic[T]):
 
     def get(self, name: str) -> T:
         """The object registered as ``name``; one-line :class:`DecobenchError` otherwise."""
+        return self._get(name, self._entries())
+
+    def _get(self, name: str, found: dict[str, list[EntryPoint]]) -> T:
         if name in self.registered:
             return self.registered[name]
-        entries = self._entries().get(name)
+        entries = found.get(name)
         if not entries:
+            known = sorted(set(found) | set(self.registered))
             raise DecobenchError(f"unknown {self.kind} {name!r}; available {self.kind}s: "
-                                 f"{', '.join(self.names()) or 'none'}")
+                                 f"{', '.join(known) or 'none'}")
         distinct = {(e.value, getattr(getattr(e, "dist", None), "name", None)) for e in entries}
         if len(distinct) > 1:
             raise DecobenchError(
@@ -94,7 +98,8 @@ class Registry(Generic[T]):
 
     def all(self) -> dict[str, T]:
         """Every registered object by name (imports each entry point)."""
-        return {name: self.get(name) for name in self.names()}
+        found = self._entries()                      # one scan of the installed metadata
+        return {name: self._get(name, found) for name in sorted(set(found) | set(self.registered))}
 
     def _checked(self, obj: object, origin: str) -> str:
         try:
