@@ -55,6 +55,12 @@ from pydantic import Field
 from torch import Tensor
 
 from decobench.compressors import Compressed, DenseCompressor, TopKCompressor
+from decobench.emulated.codec import (
+    LayerSlice,
+    decode_layerwise,
+    encode_layerwise,
+    layerwise_payload_bytes,
+)
 from decobench.error_feedback import ErrorFeedback
 from decobench.methods.base import (
     Due,
@@ -143,9 +149,9 @@ def layerwise_topk(p: Tensor, layers: Sequence[Layer], deltas: Sequence[float]) 
     of its coordinates (all of them for a dense layer, whose δ is ignored).
 
     Sparse result: the layers' messages concatenated, indices global (layer offset + local
-    index), bits Σ_l W(k_l, d_l). When every layer is sent whole the result is one dense
-    message of 32 d bits (an all-reduce), exactly as :class:`DenseCompressor` sends it.
-    ``p`` is not modified.
+    index), bits Σ_l W(k_l, d_l), on a real wire as :class:`LayerwiseWire`. When every layer
+    is sent whole the result is one dense message of 32 d bits (an all-reduce), exactly as
+    :class:`DenseCompressor` sends it. ``p`` is not modified.
     """
     n, d = p.shape
     counts = [topk_count(delta, layer.size) if layer.compressed else layer.size
@@ -165,8 +171,41 @@ def layerwise_topk(p: Tensor, layers: Sequence[Layer], deltas: Sequence[float]) 
         indices.append(local + layer.offset)
         bits += part.bits_per_worker
     kept = sum(counts)
-    return Compressed(values=torch.cat(values, dim=1), indices=torch.cat(indices, dim=1), d=d,
-                      bits_per_worker=bits, delta=kept / d)
+    kept_values, kept_indices = torch.cat(values, dim=1), torch.cat(indices, dim=1)
+    slices = tuple(LayerSlice(layer.offset, layer.size, k)
+                   for layer, k in zip(layers, counts, strict=True))
+    return Compressed(values=kept_values, indices=kept_indices, d=d, bits_per_worker=bits,
+                      delta=kept / d,
+                      wire=LayerwiseWire(LayerwiseDecoder(slices), kept_values, kept_indices))
+
+
+@dataclass(frozen=True)
+class LayerwiseDecoder:
+    """Decodes any worker's per-layer Top-k message: every worker keeps the same k_l of each
+    layer (the regimes are agreed, see :class:`Accordion`)."""
+
+    layers: tuple[LayerSlice, ...]
+
+    def decode(self, payload: Tensor, header: dict[str, float], d: int) -> tuple[Tensor, Tensor]:
+        """The values and global indices of ``payload`` (bytes after ⌈W/8⌉ are the frame's
+        word padding)."""
+        message = decode_layerwise(payload[: layerwise_payload_bytes(self.layers)], self.layers, d)
+        assert message.indices is not None
+        return message.values, message.indices
+
+
+@dataclass(frozen=True)
+class LayerwiseWire:
+    """The wire form of one per-layer Top-k batch (:func:`decobench.emulated.codec.
+    encode_layerwise`): ⌈Σ_l W(k_l, d_l) / 8⌉ bytes per row, bit for bit what is charged."""
+
+    decoder: LayerwiseDecoder
+    values: Tensor      # [n, Σ k_l], the layers' kept values in layer order
+    indices: Tensor     # [n, Σ k_l], global
+
+    def encode(self, row: int) -> tuple[Tensor, dict[str, float]]:
+        payload = encode_layerwise(self.values[row], self.indices[row], self.decoder.layers)
+        return payload, {"k": float(self.values.shape[1]), "aux": 0.0}
 
 
 @dataclass(frozen=True)
@@ -222,13 +261,36 @@ class CriticalRegimeDetector:
         return Check(window=window, norms=norms, ratios=ratios, critical=tuple(self.critical))
 
 
+def regimes_to_bytes(critical: Sequence[bool]) -> bytes:
+    """The layers' regimes as an LSB-first bitmap (bit l of byte l // 8: layer l critical)."""
+    out = bytearray((len(critical) + 7) // 8)
+    for position, flag in enumerate(critical):
+        if flag:
+            out[position // 8] |= 1 << (position % 8)
+    return bytes(out)
+
+
+def regimes_from_bytes(data: bytes, layers: int) -> list[bool]:
+    """Inverse of :func:`regimes_to_bytes` for ``layers`` layers."""
+    if len(data) != (layers + 7) // 8:
+        raise ValueError(f"{len(data)} control bytes cannot hold the regimes of {layers} layers")
+    return [bool((data[position // 8] >> (position % 8)) & 1) for position in range(layers)]
+
+
 def _json_ratio(ratio: float) -> float | None:
     return None if math.isinf(ratio) else ratio
 
 
 class Accordion(Method):
     """Accordion on the shared machinery: :class:`ErrorFeedback` with a per-layer Top-k,
-    the shared optimizer, and the :class:`CriticalRegimeDetector` choosing each layer's δ."""
+    the shared optimizer, and the :class:`CriticalRegimeDetector` choosing each layer's δ.
+
+    Only the process holding worker 0 runs the detector (it reads worker 0's gradient); its
+    regimes after iteration t travel with message t as control bytes
+    (:attr:`~decobench.methods.Sent.control`), and every process adopts them when it applies
+    that message (τ = 0: before iteration t + 1), so all workers keep the same k_l. The
+    learning-rate-decay rule needs no message: every process applies it itself.
+    """
 
     name = "accordion"
 
@@ -244,7 +306,7 @@ class Accordion(Method):
         self.detector = CriticalRegimeDetector(self.compressed_layers, context.d,
                                                self.window_iters, self.interval,
                                                options.accordion_eta, device=context.device)
-        self.error_feedback = ErrorFeedback(context.workers, context.d, device=context.device)
+        self.error_feedback = ErrorFeedback(context.local_workers, context.d, device=context.device)
         self.optimizer = SharedOptimizer(context.optimizer)
 
     def layer_deltas(self) -> list[float]:
@@ -267,15 +329,19 @@ class Accordion(Method):
         critical_layers = sum(self.detector.critical)
         compressed = self.error_feedback.apply(
             gradients, lambda p: layerwise_topk(p, self.layers, deltas))
-        check = self.detector.observe(iteration, gradients[0])
-        if check is not None:
-            log["accordion_check"] = self._check_record(check, decayed)
+        if self.context.first_worker == 0:       # this process holds worker 0: it decides
+            check = self.detector.observe(iteration, gradients[0])
+            if check is not None:
+                log["accordion_check"] = self._check_record(check, decayed)
         log["accordion_critical_layers"] = critical_layers
-        return Sent(compressed, 0, log)
+        return Sent(compressed, 0, log, control=regimes_to_bytes(self.detector.critical))
 
     def receive(self, iteration: int, params: Tensor, due: Sequence[Due]) -> dict[str, Any]:
         """Aggregation half: x_{t+1} = shared optimizer step on u_t (τ = 0: this
-        iteration's average)."""
+        iteration's average); the regimes worker 0's detector chose come with the message."""
+        for message in due:
+            self.detector.critical = regimes_from_bytes(message.control,
+                                                        len(self.compressed_layers))
         self.optimizer.step(params, summed(due, torch.zeros_like(params)), iteration)
         return {}
 
@@ -303,7 +369,4 @@ def build_accordion(context: MethodContext, options: AccordionOptions) -> Method
 
 ACCORDION_SPEC = MethodSpec("accordion", "Accordion: per-layer Top-k with error feedback, "
                             "more coordinates kept in detected critical regimes (τ = 0)",
-                            AccordionOptions, build_accordion,
-                            emulation="its per-layer Top-k has no wire codec yet, and its "
-                            "detector reads worker 0's gradient, which the other ranks do not "
-                            "hold")
+                            AccordionOptions, build_accordion)

@@ -90,7 +90,7 @@ class DecoCommunication:
                                  warmup_iters=0, total_iters=1)
         self.method: Method = spec.build(
             MethodContext(d=d, workers=world, topology="ring", optimizer=unused,
-                          device=device, seed=seed, gradient_rows=1),
+                          device=device, seed=seed, gradient_rows=1, first_worker=rank),
             spec.options(**(options or {})))
         if not isinstance(self.method, DDEFSGD):
             raise DecobenchError(f"method {method} is not a DD-EF-SGD method: the library "

@@ -181,13 +181,15 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
     gradients = WorkerGradients(model, layout, task.loss, vectorise=task.vectorise)
     batches = ShardedBatches(data.num_train, n, run.batch_size, config.seed)
     rows = transport.rows
-    local = len(range(n)[rows])
+    held = range(n)[rows]
+    local = len(held)
     method = run.spec.build(
         MethodContext(d=layout.d, workers=n, topology=config.topology, optimizer=run.optimizer,
                       param_shapes=tuple(zip(layout.names, layout.shapes, strict=True)),
                       device=transport.device, seed=config.seed,
                       iterations_per_epoch=batches.iterations_per_epoch,
-                      max_iters=run.max_iters, gradient_rows=None if local == n else local),
+                      max_iters=run.max_iters, gradient_rows=None if local == n else local,
+                      first_worker=held.start),
         run.options)
     if run.replay is not None and not method.replay(run.replay):
         raise DecobenchError(f"method {config.method} cannot follow a recorded schedule "

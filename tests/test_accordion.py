@@ -212,3 +212,56 @@ def test_check_log_is_json_and_names_every_compressed_layer():
             assert isinstance(layer["norm"], float) and layer["norm"] > 0
     assert checks[0]["reason"] == "first_window" and checks[1]["reason"] == "ratio"
     json.dumps(logs, allow_nan=False)
+
+
+def test_regimes_travel_as_a_bitmap():
+    from decobench.baselines.accordion import regimes_from_bytes, regimes_to_bytes
+
+    flags = [True, False, False, True, True, False, False, False, True]
+    data = regimes_to_bytes(flags)
+    assert data == bytes([0b00011001, 0b00000001])               # bit l of byte l // 8
+    assert regimes_from_bytes(data, len(flags)) == flags
+    with pytest.raises(ValueError, match="cannot hold the regimes of 17 layers"):
+        regimes_from_bytes(data, 17)
+
+
+def test_ranks_adopt_worker_zeros_regimes_from_the_message():
+    """Two one-worker processes (first_worker 0 and 1) whose messages go through the emulated
+    backend's encoder and decoder end every iteration with the same k_l, regimes and
+    parameters as one process holding both workers: only worker 0's process runs the
+    detector, and its regimes reach the other process as control bytes."""
+    from decobench.emulated.comm import encode_message, received
+    from decobench.methods import Due
+
+    shapes = (("a", (20, 10)), ("a.bias", (10,)), ("b", (10, 30)), ("c", (64,)))
+    d = sum(math.prod(s) for _, s in shapes)
+    options = {"accordion_delta_crit": 0.3, "accordion_delta_noncrit": 0.05,
+               "accordion_window_iters": 2, "accordion_interval": 1, "accordion_eta": 0.3}
+    full = _accordion(_context(d, 2, shapes, max_iters=16), **options)
+    ranks = [_accordion(_context(d, 2, shapes, max_iters=16, gradient_rows=1,
+                                 first_worker=r), **options) for r in range(2)]
+    x_full = torch.zeros(d)
+    x_rank = [torch.zeros(d), torch.zeros(d)]
+    generator = torch.Generator().manual_seed(3)
+    scale = torch.ones(d)
+    seen_regimes = set()
+    for t in range(16):
+        if t % 4 == 0:                               # layer a's gradient changes size
+            scale[:200] = float(torch.rand(1, generator=generator)) * 4 + 0.1
+        g = torch.randn(2, d, generator=generator) * scale
+        step = full.step(t, x_full, g)
+        sent = [ranks[r].send(t, x_rank[r], g[r: r + 1]) for r in range(2)]
+        outgoing = [encode_message(s.payload, {"iteration": float(t)}, r, 2, s.control)
+                    for r, s in enumerate(sent)]
+        assert all(o.buffer.numel() == outgoing[0].buffer.numel() for o in outgoing)
+        for r in range(2):
+            gathered = ([o.buffer.clone() for o in outgoing] if not outgoing[r].dense
+                        else sum(o.buffer for o in outgoing))
+            _, controls, update = received(outgoing[r], gathered, d, 2, torch.device("cpu"))
+            ranks[r].receive(t, x_rank[r], [Due(t, update, controls[0])])
+            assert sent[r].payload.bits_per_worker == step.bits_per_worker
+            assert ranks[r].detector.critical == full.detector.critical
+            assert torch.equal(x_rank[r], x_full)
+        seen_regimes.add(tuple(full.detector.critical))
+    assert (True, False) in seen_regimes and (False, False) in seen_regimes, seen_regimes
+    assert not any(ranks[1].detector._window_sum)        # rank 1 never ran the detector

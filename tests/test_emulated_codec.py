@@ -397,3 +397,105 @@ def test_vectorised_speed() -> None:
         payload = encode_sparse(vals, idx, d)
         decode_sparse(payload, k, d)
         assert time.perf_counter() - t0 < 0.5  # a few ms in practice; loose for slow CI
+
+
+# --------------------------------------------------------------------------- bit segments
+
+
+def test_pack_segments_hand_checked():
+    """[1, 0, 1] in 1 bit, 5 in 3 bits, 0x1FF in 9 bits: stream 1,0,1, 1,0,1, 1×9 (LSB
+    first) = bytes 0b11101101 and 0b01111111 (15 bits, one bit of padding)."""
+    from decobench.emulated.codec import pack_segments, unpack_segments
+
+    segments = [(torch.tensor([1, 0, 1]), 1), (torch.tensor([5]), 3), (torch.tensor([0x1FF]), 9)]
+    stream = pack_segments(segments)
+    assert stream.tolist() == [0b11101101, 0b01111111]
+    back = unpack_segments(stream, [(3, 1), (1, 3), (1, 9)])
+    assert [t.tolist() for t in back] == [[1, 0, 1], [5], [0x1FF]]
+    with pytest.raises(DecobenchError, match="shorter than the 3 bytes"):
+        unpack_segments(stream, [(3, 1), (1, 3), (1, 9), (2, 1)])
+
+
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(0, 12), st.integers(0, 2**31)),
+                max_size=5))
+@settings(max_examples=60, deadline=None)
+def test_pack_segments_round_trip(spec):
+    from decobench.emulated.codec import pack_segments, unpack_segments
+
+    segments = []
+    for width, count, seed in spec:
+        g = torch.Generator().manual_seed(seed)
+        segments.append((torch.randint(0, 2**width, (count,), generator=g), width))
+    stream = pack_segments(segments)
+    assert stream.numel() == (sum(f.numel() * w for f, w in segments) + 7) // 8
+    back = unpack_segments(stream, [(f.numel(), w) for f, w in segments])
+    assert all(torch.equal(a, f) for a, (f, _) in zip(back, segments, strict=True))
+
+
+# --------------------------------------------------------------------------- per-layer Top-k
+
+
+def test_layerwise_payload_is_the_sum_of_the_layers_wire_sizes():
+    """Layer 0: 10 of 1000 kept, packed (10·(32+10) = 420 bits); layer 1: 16 of 16 (sent
+    whole, 512 bits); layer 2: 50 of 100, mask (32·50 + 100 = 1700 bits). W = 2632 bits =
+    329 bytes: 76 fp32 values (304 bytes), then 100 index bits and 100 mask bits (25)."""
+    from decobench.emulated.codec import (
+        LayerSlice,
+        decode_layerwise,
+        encode_layerwise,
+        layerwise_bits,
+    )
+
+    layers = (LayerSlice(0, 1000, 10), LayerSlice(1000, 16, 16), LayerSlice(1016, 100, 50))
+    assert layerwise_bits(layers) == 2632
+    g = torch.Generator().manual_seed(0)
+    indices = torch.cat([torch.randperm(1000, generator=g)[:10], torch.arange(1000, 1016),
+                         1016 + torch.randperm(100, generator=g)[:50]])
+    values = torch.randn(76, generator=g)
+    payload = encode_layerwise(values, indices, layers)
+    assert payload.numel() == 329
+    decoded = decode_layerwise(payload, layers, 1116)
+    expected = torch.zeros(1116)
+    expected[indices] = values
+    assert torch.equal(decoded.to_dense(), expected)
+    assert decoded.indices[:10].tolist() == indices[:10].tolist()   # packed keeps its order
+    with pytest.raises(DecobenchError, match="holds 75 values but its layers keep 76"):
+        encode_layerwise(values[:75], indices[:75], layers)
+    outside = indices.clone()
+    outside[0] = 1005                                   # layer 0's index in layer 1's range
+    with pytest.raises(DecobenchError, match=r"outside its layer \[0, 1000\)"):
+        encode_layerwise(values, outside, layers)
+    with pytest.raises(DecobenchError, match="has 328 bytes, expected 329"):
+        decode_layerwise(payload[:328], layers, 1116)
+
+
+@given(st.lists(st.tuples(st.integers(1, 300), st.floats(0.0, 1.0)), min_size=1, max_size=6),
+       st.integers(0, 2**31))
+@settings(max_examples=80, deadline=None)
+def test_layerwise_round_trip_adds_what_the_message_adds(spec, seed):
+    """Every layer in whichever format its (k_l, d_l) selects: exactly ⌈Σ W / 8⌉ bytes, and the
+    decoded message adds the same vector as the original."""
+    from decobench.emulated.codec import (
+        LayerSlice,
+        decode_layerwise,
+        encode_layerwise,
+        layerwise_payload_bytes,
+    )
+
+    g = torch.Generator().manual_seed(seed)
+    layers, values, indices, offset = [], [], [], 0
+    for size, fraction in spec:
+        k = max(1, round(fraction * size))
+        layers.append(LayerSlice(offset, size, k))
+        indices.append(offset + torch.randperm(size, generator=g)[:k])
+        values.append(torch.randn(k, generator=g))
+        offset += size
+    values_, indices_ = torch.cat(values), torch.cat(indices)
+    payload = encode_layerwise(values_, indices_, layers)
+    assert payload.numel() == layerwise_payload_bytes(layers) == \
+        (sum(topk_wire_bits(layer.k, layer.size) for layer in layers) + 7) // 8
+    got = torch.zeros(offset)
+    decode_layerwise(payload, layers, offset).add_to(got)
+    expected = torch.zeros(offset)
+    expected.index_add_(0, indices_, values_)
+    assert torch.equal(got, expected)

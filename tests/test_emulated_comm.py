@@ -123,3 +123,37 @@ def test_fidelity_replays_the_emulated_schedule_through_the_run():
     assert replayed(run, rows).replay == (Schedule(0.01, 0), Schedule(0.2, 1))
     plain = prepare(RunConfig(task="cnn-fmnist", method="d-sgd", trace="constant-20mbps-100ms"))
     assert replayed(plain, rows) is plain
+
+
+@pytest.mark.parametrize("dense", [False, True], ids=["all-gather", "all-reduce"])
+def test_every_ranks_control_bytes_come_back_beside_the_message(dense):
+    """Control bytes (Sent.control) travel outside the payload: the payload stays ⌈W/8⌉
+    bytes, and each rank's bytes come back in its own place on every rank."""
+    from decobench.compressors import DenseCompressor
+    from decobench.emulated.comm import received
+
+    torch.manual_seed(1)
+    n, d = 3, 200
+    p = torch.randn(n, d)
+    controls = [bytes([r, 255 - r]) for r in range(n)]
+    outgoing = []
+    for r in range(n):
+        row = (DenseCompressor().compress(p[r: r + 1]) if dense
+               else TopKCompressor().compress(p[r: r + 1], 0.05))
+        outgoing.append(encode_message(row, {"iteration": 2.0}, rank=r, workers=n,
+                                       control=controls[r]))
+    if not dense:
+        exact = codec.HEADER_BYTES + 2 + codec.payload_bytes(10, d)
+        assert exact <= 4 * outgoing[0].buffer.numel() < exact + 4
+    gathered = (sum(o.buffer for o in outgoing) if dense
+                else [o.buffer.clone() for o in outgoing])
+    headers, got, update = received(outgoing[0], gathered, d, n, torch.device("cpu"))
+    assert got == controls
+    assert [h["control_bytes"] for h in headers] == [2.0] * n
+    expected = torch.zeros(d)
+    together = (DenseCompressor().compress(p) if dense
+                else TopKCompressor().compress(p, 0.05))
+    together.mean().add_to(expected)
+    total = torch.zeros(d)
+    update.add_to(total)
+    assert torch.allclose(total, expected, rtol=0, atol=1e-6)

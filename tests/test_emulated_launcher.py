@@ -111,13 +111,21 @@ def test_killed_worker_fails_the_run_naming_the_lost_rank(tmp_path, fmnist_root)
     assert _namespaces() == before, "namespaces left behind"
 
 
-def test_methods_without_an_emulated_implementation_fail_before_anything(tmp_path):
+def test_methods_without_an_emulated_implementation_fail_before_anything(tmp_path, monkeypatch):
+    import decobench.methods
     from decobench.emulated.launcher import check_emulation
+    from decobench.methods import MethodSpec, get_method_spec
     from decobench.runner import prepare
 
-    run = prepare(RunConfig(task="cnn-fmnist", method="accordion", workers=2, backend="emulated",
-                            trace="constant-20mbps-100ms", out=str(tmp_path / "x")))
-    with pytest.raises(DecobenchError, match="accordion cannot run on the emulated backend: its per-layer Top-k"):
+    base = get_method_spec("dd-ef-sgd")
+    monkeypatch.setitem(decobench.methods.METHODS.registered, "local-only",
+                        MethodSpec("local-only", "declares it cannot run emulated", base.options,
+                                   base.build, emulation="it needs a shared disk"))
+    run = prepare(RunConfig(task="cnn-fmnist", method="local-only", workers=2,
+                            backend="emulated", trace="constant-20mbps-100ms",
+                            out=str(tmp_path / "x")))
+    with pytest.raises(DecobenchError, match="local-only cannot run on the emulated backend: "
+                                             "it needs a shared disk"):
         check_emulation(run)
     assert not (tmp_path / "x").exists()
 

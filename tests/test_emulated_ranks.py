@@ -24,7 +24,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ranks(args: list[str], out: Path, workers: int = 2, extra_env=None, timeout=240):
+def _ranks(args: list[str], out: Path, workers: int = 2, extra_env=None, timeout=240,
+           entry: list[str] | None = None):
     port = _free_port()
     procs = []
     for rank in range(workers):
@@ -32,7 +33,7 @@ def _ranks(args: list[str], out: Path, workers: int = 2, extra_env=None, timeout
                "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(workers),
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), **(extra_env or {})}
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "decobench.emulated", *args, "--out", str(out),
+            [sys.executable, *(entry or ["-m", "decobench.emulated"]), *args, "--out", str(out),
              "--no-progress", "--no-wandb"], env=env, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True))
     outputs = [p.communicate(timeout=timeout)[0] for p in procs]
@@ -113,7 +114,10 @@ def test_every_emulatable_method_agrees_with_the_simulated_run(tmp_path, fmnist_
     within float32 tolerance; the same accuracy at the end."""
     flags = {"deco-sgd": ["--deco-interval", "3"],
              "dd-ef-sgd": ["--delta", "0.05", "--tau", "2"],
-             "dga": ["--eval-every", "4"]}.get(method, [])
+             "dga": ["--eval-every", "4"],
+             # checks at iterations 2 and 4: the layers leave the critical regime at 4, a
+             # decision only rank 0 (worker 0's gradient) can make
+             "accordion": ["--accordion-window-iters", "2"]}.get(method, [])
     args = [*COMMON, "--method", method, *flags, "--data-root", str(fmnist_root)]
     simulated = _simulated(args, tmp_path / "sim")
     replay = ["--replay-schedule", str(tmp_path / "sim")] if method in ADAPTIVE else []
@@ -128,12 +132,24 @@ def test_every_emulatable_method_agrees_with_the_simulated_run(tmp_path, fmnist_
                                                           rel=1e-5)
     emulated = read_summary(tmp_path / "emu")
     assert emulated["final_metric"] == pytest.approx(simulated["final_metric"], abs=0.002)
-    if method == "deco-sgd":
-        assert len({r["delta"] for r in sim_rows}) > 1, "DeCo should re-plan in 8 iterations"
+    if method in ("deco-sgd", "accordion"):
+        assert len({r["delta"] for r in sim_rows}) > 1, f"{method} should change δ in 8 iterations"
+
+
+NOT_EMULATABLE = """
+import sys
+from decobench.methods import MethodSpec, get_method_spec, register_method
+base = get_method_spec("dd-ef-sgd")
+register_method(MethodSpec("local-only", "a method that declares it cannot run emulated",
+                           base.options, base.build, emulation="it needs a shared disk"))
+from decobench.emulated.entry import main
+sys.exit(main(sys.argv[1:]))
+"""
 
 
 def test_a_method_that_cannot_run_emulated_says_why(tmp_path, fmnist_root):
-    codes, outputs = _ranks([*COMMON, "--method", "accordion", "--data-root",
-                             str(fmnist_root)], tmp_path / "emu")
-    assert codes == [2, 2]
-    assert "accordion cannot run on the emulated backend: its per-layer Top-k" in outputs[0]
+    codes, outputs = _ranks([*COMMON, "--method", "local-only", "--data-root",
+                             str(fmnist_root)], tmp_path / "emu", entry=["-c", NOT_EMULATABLE])
+    assert codes == [2, 2], "\n".join(outputs)
+    assert "local-only cannot run on the emulated backend: it needs a shared disk" in outputs[0]
+    assert not (tmp_path / "emu" / "summary.json").exists()

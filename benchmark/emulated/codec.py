@@ -44,8 +44,15 @@ Indices must be unique (Top-k never repeats one); they may arrive in any order
 (``torch.topk(sorted=False)``). ``mask``/``dense`` encoding rejects repeats; ``packed``
 carries them through unchanged.
 
+A per-layer Top-k message (Accordion: layer l keeps ``k_l`` of its ``d_l`` coordinates) is
+``W = Σ_l W(k_l, d_l)`` bits, ``ceil(W / 8)`` bytes (:func:`encode_layerwise`): every
+layer's values first (each layer in the format above for its own ``(k_l, d_l)``), then one
+bitstream of the packed layers' indices and the mask layers' masks.
+
 A frame is a fixed-size header (:data:`HEADER_FIELDS`, one little-endian float64 each,
-:data:`HEADER_BYTES` bytes) followed by the payload. Everything is vectorised torch on the
+:data:`HEADER_BYTES` bytes), then the sender's ``control_bytes`` control bytes (a method's
+decision that travels with its message, :attr:`decobench.methods.Sent.control`; not
+charged as message bits, like the header), then the payload. Everything is vectorised torch on the
 CPU: no Python loop runs over elements.
 """
 
@@ -71,6 +78,11 @@ __all__ = [
     "HEADER_BYTES",
     "HEADER_FIELDS",
     "DecodedMessage",
+    "LayerSlice",
+    "decode_layerwise",
+    "encode_layerwise",
+    "layerwise_bits",
+    "layerwise_payload_bytes",
     "decode_dense",
     "decode_header",
     "decode_sparse",
@@ -213,17 +225,21 @@ def unpack_bits(stream: Tensor, n: int, width: int) -> Tensor:
 
 
 def pack_segments(segments: Sequence[tuple[Tensor, int]]) -> Tensor:
-    """Fields of several widths, ``[(fields, width), ...]``, as one LSB-first bitstream of
-    ``ceil(Σ count·width / 8)`` bytes (segments follow each other bit by bit, no padding)."""
+    """Fields of several widths, ``[(fields, width), ...]`` (each field < 2**width, width
+    in [1, 63]), as one LSB-first bitstream of ``ceil(Σ count·width / 8)`` bytes: segments
+    follow each other bit by bit, no padding; bit ``b`` of a field at stream bit ``s`` is
+    stream bit ``s + b``. One byte per stream bit is held while packing (column operations,
+    no loop over elements)."""
     parts = []
     for fields, width in segments:
-        shifts = torch.arange(width, dtype=torch.int64)
-        parts.append(((fields.reshape(-1, 1).to(torch.int64) >> shifts) & 1).reshape(-1))
-    bits = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
-    nbytes = (bits.numel() + 7) // 8
-    padded = torch.zeros(nbytes * 8, dtype=torch.int64)
-    padded[: bits.numel()] = bits
-    return (padded.view(nbytes, 8) << torch.arange(8)).sum(dim=1).to(torch.uint8)
+        if not 1 <= width <= 63:
+            raise DecobenchError(f"bit width must be in [1, 63], got {width}")
+        flat = fields.reshape(-1).to(torch.int64).cpu()
+        bits = torch.empty(flat.numel(), width, dtype=torch.uint8)
+        for b in range(width):
+            bits[:, b] = (flat >> b) & 1
+        parts.append(bits.reshape(-1))
+    return _pack_mask(torch.cat(parts) if parts else torch.zeros(0, dtype=torch.uint8))
 
 
 def unpack_segments(stream: Tensor, layout: Sequence[tuple[int, int]]) -> list[Tensor]:
@@ -232,11 +248,14 @@ def unpack_segments(stream: Tensor, layout: Sequence[tuple[int, int]]) -> list[T
     if stream.numel() * 8 < total:
         raise DecobenchError(f"payload of {stream.numel()} bytes is shorter than the "
                              f"{(total + 7) // 8} bytes its header announces")
-    bits = ((stream.to(torch.int64).reshape(-1, 1) >> torch.arange(8)) & 1).reshape(-1)
+    bits = _unpack_mask(_as_uint8(stream), stream.numel() * 8)
     out, position = [], 0
     for count, width in layout:
         segment = bits[position: position + count * width].view(count, width)
-        out.append((segment << torch.arange(width, dtype=torch.int64)).sum(dim=1))
+        fields = torch.zeros(count, dtype=torch.int64)
+        for b in range(width):
+            fields |= segment[:, b].to(torch.int64) << b
+        out.append(fields)
         position += count * width
     return out
 
@@ -374,6 +393,114 @@ def decode_sparse(payload: Tensor, k: int, d: int) -> DecodedMessage:
     return DecodedMessage(values=_bytes_to_f32(payload), indices=None, d=d)
 
 
+@dataclass(frozen=True)
+class LayerSlice:
+    """One layer of a per-layer Top-k message: coordinates ``[offset, offset + size)`` of the
+    flat vector, of which ``k`` are kept (``k = size``: the layer is sent whole)."""
+
+    offset: int
+    size: int
+    k: int
+
+
+def layerwise_bits(layers: Sequence[LayerSlice]) -> int:
+    """W = Σ_l W(k_l, d_l) (§3 on each layer's own d_l; a whole layer is 32 d_l)."""
+    return sum(topk_wire_bits(layer.k, layer.size) for layer in layers)
+
+
+def layerwise_payload_bytes(layers: Sequence[LayerSlice]) -> int:
+    """⌈W / 8⌉ bytes of :func:`encode_layerwise`'s payload."""
+    return (layerwise_bits(layers) + 7) // 8
+
+
+def _layerwise_layout(layers: Sequence[LayerSlice]) -> tuple[int, list[tuple[int, int]]]:
+    """(fp32 values carried, bit-field segments) of a per-layer message (module docstring)."""
+    count, segments = 0, []
+    for layer in layers:
+        fmt = sparse_format(layer.k, layer.size)
+        count += layer.size if fmt == FORMAT_DENSE else layer.k
+        if fmt == FORMAT_PACKED:
+            segments.append((layer.k, index_bits(layer.size)))
+        elif fmt == FORMAT_MASK:
+            segments.append((layer.size, 1))
+    return count, segments
+
+
+def encode_layerwise(values: Tensor, indices: Tensor, layers: Sequence[LayerSlice]) -> Tensor:
+    """Encode a per-layer Top-k message as uint8 ``[⌈Σ_l W(k_l, d_l) / 8⌉]``.
+
+    ``values`` / ``indices`` (global, unique) hold the layers' kept entries concatenated in
+    layer order, ``k_l`` each. Each layer uses the format :func:`sparse_format` picks for
+    ``(k_l, d_l)``; the payload is every layer's fp32 values (packed: in the given order;
+    mask: by increasing index; dense: all ``d_l``, +0.0 where not kept), then one
+    LSB-first bitstream (:func:`pack_segments`) of every packed layer's ``k_l`` local
+    indices of ``⌈log2 d_l⌉`` bits and every mask layer's ``d_l``-bit mask, in layer order.
+    The values are byte-aligned and the bit fields follow without padding, so the payload is
+    exactly ⌈W / 8⌉ bytes."""
+    values = values.detach().reshape(-1).cpu()
+    indices = indices.detach().reshape(-1).cpu().to(torch.int64)
+    if values.dtype != torch.float32 or values.numel() != indices.numel():
+        raise DecobenchError("a per-layer message needs float32 values and indices of the "
+                             "same length")
+    if values.numel() != sum(layer.k for layer in layers):
+        raise DecobenchError(f"the message holds {values.numel()} values but its layers keep "
+                             f"{sum(layer.k for layer in layers)}")
+    value_parts, segments, position = [], [], 0
+    for layer in layers:
+        v = values[position: position + layer.k].view(torch.int32)
+        local = indices[position: position + layer.k] - layer.offset
+        position += layer.k
+        if layer.k and (int(local.min()) < 0 or int(local.max()) >= layer.size):
+            raise DecobenchError(f"an index lies outside its layer [{layer.offset}, "
+                                 f"{layer.offset + layer.size})")
+        fmt = sparse_format(layer.k, layer.size)
+        if fmt == FORMAT_PACKED:
+            value_parts.append(v)
+            segments.append((local, index_bits(layer.size)))
+            continue
+        mask = _kept_mask(local, layer.size)
+        scattered = torch.zeros(layer.size, dtype=torch.int32)  # +0.0 where not kept
+        scattered[local] = v
+        if fmt == FORMAT_MASK:
+            value_parts.append(scattered[mask])
+            segments.append((mask, 1))
+        else:
+            value_parts.append(scattered)
+    joined = torch.cat(value_parts) if value_parts else torch.zeros(0, dtype=torch.int32)
+    out = torch.cat([_f32_to_bytes(joined.view(torch.float32)), pack_segments(segments)])
+    assert out.numel() == layerwise_payload_bytes(layers)
+    return out
+
+
+def decode_layerwise(payload: Tensor, layers: Sequence[LayerSlice], d: int) -> DecodedMessage:
+    """Inverse of :func:`encode_layerwise`: the values and their global indices (a dense
+    layer gives all its ``d_l`` positions); ``add_to`` adds what the original adds."""
+    payload = _as_uint8(payload)
+    want = layerwise_payload_bytes(layers)
+    if payload.numel() != want:
+        raise DecobenchError(f"per-layer payload has {payload.numel()} bytes, expected {want}")
+    count, segments = _layerwise_layout(layers)
+    values = _bytes_to_f32(payload[: _VALUE_BYTES * count])
+    fields = iter(unpack_segments(payload[_VALUE_BYTES * count:], segments))
+    indices = []
+    for layer in layers:
+        fmt = sparse_format(layer.k, layer.size)
+        if fmt == FORMAT_PACKED:
+            local = next(fields)
+            if layer.k and int(local.max()) >= layer.size:
+                raise DecobenchError("corrupt per-layer payload: an index lies outside its layer")
+        elif fmt == FORMAT_MASK:
+            local = torch.nonzero(next(fields)).view(-1)
+            if local.numel() != layer.k:
+                raise DecobenchError(f"corrupt per-layer payload: {local.numel()} mask bits "
+                                     f"set, expected {layer.k}")
+        else:
+            local = torch.arange(layer.size, dtype=torch.int64)
+        indices.append(local + layer.offset)
+    return DecodedMessage(values=values, indices=torch.cat(indices) if indices
+                          else torch.zeros(0, dtype=torch.int64), d=d)
+
+
 def encode_dense(values: Tensor) -> Tensor:
     """A dense fp32 ``[d]`` message as ``4 d`` little-endian bytes (``W = 32 d``, §3)."""
     if values.dim() != 1 or values.dtype != torch.float32:
@@ -404,6 +531,7 @@ HEADER_FIELDS: tuple[str, ...] = (
     "obs_arrive_s",
     "loss",
     "aux",
+    "control_bytes",
 )
 """Header fields in wire order; each is one little-endian float64 (integers exact to 2**53).
 Append new fields at the end (both ends must share the tuple)."""

@@ -3,11 +3,12 @@
 One thread per rank issues the collectives in send order (one link, FIFO, as in the time
 model of deco-sgd.md §4), so communication overlaps the next iterations' computation:
 
-- a sparse message (δ < 1) is a byte frame, header + the payload of exactly ⌈W/8⌉ bytes
-  (:mod:`decobench.emulated.codec`), exchanged by ``all_gather``;
-- a dense message (δ = 1) is the fp32 vector plus one header slot per rank, exchanged by a
-  summing ``all_reduce`` (each rank writes only its own slot, so the headers come back
-  exactly: adding zeros is exact).
+- a sparse message (δ < 1) is a byte frame, header + the method's control bytes + the
+  payload of exactly ⌈W/8⌉ bytes (:mod:`decobench.emulated.codec`), exchanged by
+  ``all_gather``;
+- a dense message (δ = 1) is the fp32 vector plus one header slot and one control slot per
+  rank, exchanged by a summing ``all_reduce`` (each rank writes only its own slots, so the
+  headers and control bytes come back exactly: adding zeros is exact).
 
 When a collective returns at ``tx_end`` the message is delivered no earlier than
 :class:`~decobench.emulated.delivery.DeliveryDelay` says (``tx_end + l·b`` when the
@@ -56,13 +57,15 @@ class Outgoing:
     k: int
     buffer: Tensor
     decoder: Any = None        # a WireDecoder for messages in their own wire format
+    control_bytes: int = 0     # the Sent.control bytes every rank sends (same length on all)
 
 
 @dataclass
 class Arrival:
     """A message after its collective: every rank's header, the mean update over the n
     workers (as :meth:`Compressed.mean` gives it on the simulated backend), and when it
-    was transmitted and delivered (seconds on the rank's trace clock)."""
+    was transmitted and delivered (seconds on the rank's trace clock); ``controls[r]`` is
+    rank r's control bytes (:attr:`decobench.methods.Sent.control`)."""
 
     iteration: int
     dense: bool
@@ -71,6 +74,7 @@ class Arrival:
     tx_start_s: float
     tx_end_s: float
     arrive_s: float
+    controls: list[bytes] = field(default_factory=list)
 
 
 def _dense_header_slots(fields: dict[str, float], rank: int, workers: int) -> Tensor:
@@ -97,34 +101,46 @@ def _dense_headers(region: Tensor, workers: int) -> list[dict[str, float]]:
 
 
 def encode_message(compressed: Compressed, header: dict[str, float], rank: int,
-                   workers: int) -> Outgoing:
-    """This rank's row of ``compressed`` (``[1, ·]``) as the buffer its collective sends.
+                   workers: int, control: bytes = b"") -> Outgoing:
+    """This rank's row of ``compressed`` (``[1, ·]``) as the buffer its collective sends,
+    with this rank's ``control`` bytes beside the payload (frame: header, control, payload;
+    dense: one slot of control bytes per rank after the header slots).
 
     The payload must be the ⌈W/8⌉ bytes the method charged the time model for; a method whose
     messages the codec does not encode (its ``bits_per_worker`` is not the Top-k or dense
     size) is an error, not a silently different message."""
     iteration = int(header["iteration"])
+    header = {**header, "control_bytes": float(len(control))}
+    controls = torch.frombuffer(bytearray(control), dtype=torch.uint8) if control else \
+        torch.zeros(0, dtype=torch.uint8)
     if compressed.wire is not None:
         payload, fields = compressed.wire.encode(0)
         _require_wire_size(payload.numel(), compressed.bits_per_worker, "its own wire format")
-        frame = codec.frame(codec.encode_header({**header, **fields}), payload)
+        frame = codec.frame(codec.encode_header({**header, **fields}),
+                            torch.cat([controls, payload]))
         return Outgoing(iteration=iteration, dense=False, k=int(fields["k"]),
                         buffer=as_words(frame).to(compressed.values.device),
-                        decoder=compressed.wire.decoder)
+                        decoder=compressed.wire.decoder, control_bytes=len(control))
     _require_wire_size(4 * compressed.d if compressed.dense
                        else codec.payload_bytes(int(compressed.values.numel()), compressed.d),
                        compressed.bits_per_worker,
                        "the wire codec (Top-k and dense messages)")
     if compressed.dense:
         values = compressed.values.reshape(-1).to(torch.float32)
-        buffer = torch.cat([values, _dense_header_slots(header, rank, workers).to(values.device)])
-        return Outgoing(iteration=iteration, dense=True, k=compressed.d, buffer=buffer)
+        slots = torch.zeros(workers, len(control), dtype=torch.float32)
+        slots[rank] = controls.to(torch.float32)       # bytes are exact in fp32 sums of zeros
+        buffer = torch.cat([values, _dense_header_slots(header, rank, workers).to(values.device),
+                            slots.reshape(-1).to(values.device)])
+        return Outgoing(iteration=iteration, dense=True, k=compressed.d, buffer=buffer,
+                        control_bytes=len(control))
     assert compressed.indices is not None
     values, indices = compressed.values.reshape(-1), compressed.indices.reshape(-1)
     payload = codec.encode_sparse(values.to(torch.float32).cpu(), indices.cpu(), compressed.d)
-    frame = codec.frame(codec.encode_header({**header, "k": float(values.numel())}), payload)
+    frame = codec.frame(codec.encode_header({**header, "k": float(values.numel())}),
+                        torch.cat([controls, payload]))
     return Outgoing(iteration=iteration, dense=False, k=int(values.numel()),
-                    buffer=as_words(frame).to(compressed.values.device))
+                    buffer=as_words(frame).to(compressed.values.device),
+                    control_bytes=len(control))
 
 
 def _require_wire_size(sent_bytes: int, bits: int, encoder: str) -> None:
@@ -167,6 +183,33 @@ def mean_update(messages: Sequence[codec.DecodedMessage], d: int, device: torch.
         Update(values=m.values.to(device) / n, indices=None if m.indices is None
                else m.indices.to(device), d=d).add_to(total)
     return Update(values=total, indices=None, d=d)
+
+
+def received(message: Outgoing, gathered: Tensor | list[Tensor], d: int, workers: int,
+             device: torch.device) -> tuple[list[dict[str, float]], list[bytes], Update]:
+    """Every rank's header and control bytes, and the mean update, from the result of this
+    rank's collective: the summed dense buffer (all-reduce), or every rank's frame
+    (all-gather), decoded with ``message``'s decoder when the message has its own format."""
+    if message.dense:
+        assert isinstance(gathered, Tensor)
+        slots = d + 2 * len(codec.HEADER_FIELDS) * workers
+        headers = _dense_headers(gathered[d:slots].cpu(), workers)
+        controls = [bytes(row.to(torch.uint8).tolist()) for row in
+                    gathered[slots:].cpu().reshape(workers, message.control_bytes)]
+        return headers, controls, Update(values=gathered[:d] / workers, indices=None, d=d)
+    headers, controls, decoded = [], [], []
+    for frame in gathered:
+        header, rest = codec.unframe(from_words(frame.cpu()))
+        k, c = int(header["k"]), int(header["control_bytes"])
+        headers.append(header)
+        controls.append(bytes(rest[:c].tolist()))
+        payload = rest[c:]
+        if message.decoder is not None:
+            values, indices = message.decoder.decode(payload, header, d)
+            decoded.append(codec.DecodedMessage(values, indices, d))
+        else:
+            decoded.append(codec.decode_sparse(payload[: codec.payload_bytes(k, d)], k, d))
+    return headers, controls, mean_update(decoded, d, device)
 
 
 _ADDRESS = re.compile(r"\[?(\d{1,3}(?:\.\d{1,3}){3})\]?")
@@ -280,6 +323,9 @@ class Communicator:
                 self._cond.notify_all()
 
     def _as_peer_lost(self, exc: BaseException, iteration: int) -> BaseException:
+        if isinstance(exc, DecobenchError):        # the bytes arrived but do not decode
+            return DecobenchError(f"rank {self.rank}: the messages of iteration {iteration} "
+                                  f"arrived but do not decode: {exc}")
         text = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         lost = lost_ranks_in(str(exc), self.addresses, self.rank)
         who = (f"lost rank {', '.join(map(str, lost))}" if lost
@@ -294,32 +340,18 @@ class Communicator:
     def _exchange(self, message: Outgoing) -> Arrival:
         tx_start = self.clock()
         if message.dense:
-            buffer = message.buffer
-            work = dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=self.group,
+            work = dist.all_reduce(message.buffer, op=dist.ReduceOp.SUM, group=self.group,
                                    async_op=True)
-            work.wait(timeout=timedelta(seconds=self.timeout_s))
-            self._synchronise()
-            tx_end = self.clock()
-            headers = _dense_headers(buffer[self.d:].cpu(), self.workers)
-            update = Update(values=buffer[: self.d] / self.workers, indices=None, d=self.d)
+            gathered: Tensor | list[Tensor] = message.buffer
         else:
-            frames = [torch.empty_like(message.buffer) for _ in range(self.workers)]
-            work = dist.all_gather(frames, message.buffer, group=self.group, async_op=True)
-            work.wait(timeout=timedelta(seconds=self.timeout_s))
-            self._synchronise()
-            tx_end = self.clock()
-            headers, decoded = [], []
-            for frame in frames:
-                header, payload = codec.unframe(from_words(frame.cpu()))
-                k = int(header["k"])
-                headers.append(header)
-                if message.decoder is not None:
-                    values, indices = message.decoder.decode(payload, header, self.d)
-                    decoded.append(codec.DecodedMessage(values, indices, self.d))
-                    continue
-                decoded.append(codec.decode_sparse(payload[: codec.payload_bytes(k, self.d)],
-                                                   k, self.d))
-            update = mean_update(decoded, self.d, self.device)
+            gathered = [torch.empty_like(message.buffer) for _ in range(self.workers)]
+            work = dist.all_gather(gathered, message.buffer, group=self.group, async_op=True)
+        work.wait(timeout=timedelta(seconds=self.timeout_s))
+        self._synchronise()
+        tx_end = self.clock()
+        headers, controls, update = received(message, gathered, self.d, self.workers,
+                                             self.device)
         return Arrival(iteration=message.iteration, dense=message.dense, headers=headers,
                        update=update, tx_start_s=tx_start, tx_end_s=tx_end,
-                       arrive_s=self.delay.arrival_s(tx_end, message.dense))
+                       arrive_s=self.delay.arrival_s(tx_end, message.dense),
+                       controls=controls)

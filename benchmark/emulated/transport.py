@@ -92,6 +92,13 @@ def consensus_observation(headers: list[dict[str, float]], sent: dict[int, SentR
                        arrive_s=arrive, latency_factor=factors.l)
 
 
+def _as_due(arrival: Arrival) -> Due:
+    """The method's view of an arrived message: the mean update and rank 0's control bytes
+    (rank 0 holds worker 0)."""
+    return Due(arrival.iteration, arrival.update,
+               arrival.controls[0] if arrival.controls else b"")
+
+
 class DistributedTransport:
     """:class:`~decobench.loop.Transport` of one emulated rank (see the module docstring).
 
@@ -165,7 +172,8 @@ class DistributedTransport:
             header.update(obs_iteration=float(self.report_next),
                           obs_compute_s=reported.compute_s, obs_tx_start_s=arrival.tx_start_s,
                           obs_tx_end_s=arrival.tx_end_s, obs_arrive_s=arrival.arrive_s)
-        self.comm.submit(encode_message(sent.payload, header, self.rank, self.workers))
+        self.comm.submit(encode_message(sent.payload, header, self.rank, self.workers,
+                                        sent.control))
         self._end = self.clock.train_s()
         self.sent[iteration] = SentRecord(staleness=sent.staleness, dense=sent.payload.dense,
                                           bits=sent.payload.bits_per_worker,
@@ -195,7 +203,7 @@ class DistributedTransport:
                 self.stop_after = iteration
                 self.agreed_divergence = (s + 1 if self.agreed_divergence is None
                                           else min(self.agreed_divergence, s + 1))
-            arrived.append(Due(s, arrival.update))
+            arrived.append(_as_due(arrival))
             self._learn_loss(s, arrival)
         self.bubble_s += self._waited
         for s in [s for s in self.sent
@@ -240,7 +248,7 @@ class DistributedTransport:
 
     def in_flight(self) -> list[Due]:
         assert self.comm is not None, "start() first"
-        return [Due(s, self.comm.peek(s).update) for s in sorted(self.unapplied)]
+        return [_as_due(self.comm.peek(s)) for s in sorted(self.unapplied)]
 
     def now_s(self) -> float:
         return self.clock.train_s()

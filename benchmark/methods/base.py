@@ -49,7 +49,9 @@ class MethodContext:
     ``param_shapes`` lists the flat vector's tensors in order (name, shape);
     ``iterations_per_epoch`` is one pass over each worker's shard; ``max_iters`` the run's
     iteration budget; ``seed`` the run seed (for shared randomness such as a sample mask);
-    ``gradient_rows`` how many workers' gradients one process holds (None: all n).
+    ``gradient_rows`` how many workers' gradients one process holds (None: all n);
+    ``first_worker`` the index of the first of them (the rank on the emulated backend), so a
+    method knows whether this process holds worker 0.
     """
 
     d: int
@@ -62,6 +64,7 @@ class MethodContext:
     iterations_per_epoch: int = 1
     max_iters: int | None = None
     gradient_rows: int | None = None
+    first_worker: int = 0
 
     @property
     def local_workers(self) -> int:
@@ -111,11 +114,18 @@ class StepResult:
 class Sent:
     """The worker half's result at one iteration: ``payload`` holds one message per worker
     this process computes (rows), sent with staleness ``staleness``; ``log`` adds fields to
-    the iteration's metrics row."""
+    the iteration's metrics row.
+
+    ``control``: bytes that the process holding worker 0 sends with its message and every
+    process receives with it (:attr:`Due.control`), for a decision only worker 0's data can
+    make (Accordion's critical-regime detector reads worker 0's gradient); the same length
+    on every process. Control bytes travel beside the payload, like the message header, and
+    are not charged as message bits."""
 
     payload: Compressed
     staleness: int
     log: dict[str, Any] = field(default_factory=dict)
+    control: bytes = b""
 
     def result(self, applied_messages: int, log: dict[str, Any] | None = None) -> StepResult:
         """The iteration's :class:`StepResult` once ``applied_messages`` were applied."""
@@ -128,10 +138,12 @@ class Sent:
 @dataclass(frozen=True)
 class Due:
     """A message due at this iteration: sent at iteration ``sent_at``, aggregated over the n
-    workers (``update`` = (1/n) Σ_i Δ^i_s, as :meth:`Compressed.mean` gives it)."""
+    workers (``update`` = (1/n) Σ_i Δ^i_s, as :meth:`Compressed.mean` gives it), with the
+    :attr:`Sent.control` bytes of the process holding worker 0."""
 
     sent_at: int
     update: Update
+    control: bytes = b""
 
 
 def summed(messages: Sequence[Due], into: Tensor) -> Tensor:
@@ -148,17 +160,17 @@ class LocalExchange:
     and so does :meth:`Method.step`."""
 
     def __init__(self) -> None:
-        self.queue: DelayQueue[Update] = DelayQueue()
+        self.queue: DelayQueue[Due] = DelayQueue()
 
     def in_flight(self) -> list[Due]:
         """The messages sent but not applied yet, in send order."""
-        return [Due(m.sent_at, m.update) for m in sorted(self.queue.in_flight,
-                                                          key=lambda m: m.sent_at)]
+        return [m.update for m in sorted(self.queue.in_flight, key=lambda m: m.sent_at)]
 
     def exchange(self, iteration: int, sent: Sent) -> list[Due]:
         """Send this iteration's messages; returns those due at ``iteration`` in send order."""
-        self.queue.push(iteration, sent.staleness, sent.payload.mean())
-        return [Due(m.sent_at, m.update) for m in self.queue.pop_due(iteration)]
+        self.queue.push(iteration, sent.staleness,
+                        Due(iteration, sent.payload.mean(), sent.control))
+        return [m.update for m in self.queue.pop_due(iteration)]
 
 
 class Method(ABC):
