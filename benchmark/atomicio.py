@@ -30,3 +30,23 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def check_output_dir(path: str | os.PathLike[str], flag: str) -> pathlib.Path:
+    """Check, before anything is written, that ``path`` can be a folder this process fills:
+    an existing folder, or one that can be created (its nearest existing ancestor is a
+    writable folder). Raises :class:`decobench.errors.DecobenchError` with one line naming
+    ``flag`` (e.g. ``--out``) otherwise; returns the path."""
+    from decobench.errors import DecobenchError
+
+    target = pathlib.Path(path)
+    if target.exists() and not target.is_dir():
+        raise DecobenchError(f"{flag} {target} is a file, not a folder: choose another {flag}")
+    existing = next((p for p in (target, *target.parents) if p.exists()), pathlib.Path("."))
+    if not existing.is_dir():
+        raise DecobenchError(f"{flag} {target}: {existing} is a file, so no folder can be "
+                             f"created under it; choose another {flag}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise DecobenchError(f"{flag} {target}: {existing} is not writable for this user; "
+                             f"choose another {flag}")
+    return target

@@ -13,8 +13,9 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
+from decobench.atomicio import check_output_dir
 from decobench.errors import DecobenchError
 from decobench.flags import add_method_flags, add_run_flags, run_values
 
@@ -66,16 +67,26 @@ def _plan_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with the project's error format: one line naming the command and where its
+    help is, exit status 2 (argparse prints the whole usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"decobench: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     from decobench.netem.cli import add_trace_parser
     from decobench.tasks.standins import add_data_parser
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="decobench", description="Distributed training over wide-area networks: DeCo-SGD "
-        "and baselines on simulated network traces.")
+        "and baselines on simulated network traces.", epilog="Bad input ends with one line "
+        "'decobench: error: ...' and exit status 2; add --debug anywhere on the command line "
+        "to see the Python traceback instead. Troubleshooting: docs/troubleshooting.md.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = OneLineParser(prog="decobench", add_help=False)
     pre.add_argument("--method")
     chosen_method = pre.parse_known_args(list(argv))[0].method
     run = sub.add_parser("run", help="one training run", description="One training run: on "
@@ -179,7 +190,6 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 
 def cmd_fidelity(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from decobench.config import build_run_config
     from decobench.emulated.fidelity import render_markdown, run_fidelity
@@ -198,7 +208,7 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     if args.data_root is not None:
         values["data_root"] = args.data_root
     base = build_run_config(values)
-    rows = run_fidelity(base, methods, Path(args.out), warmup=args.warmup,
+    rows = run_fidelity(base, methods, check_output_dir(args.out, "--out"), warmup=args.warmup,
                         overwrite=args.overwrite, show_progress=not args.no_progress)
     print(render_markdown(rows, {"output": args.out}))
     return 0
@@ -233,16 +243,33 @@ def _parse_data_roots(items: list[str]) -> dict[str, str]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    import shlex
     from pathlib import Path
 
     from decobench.suite import load_suite
-    from decobench.sweep import sweep
+    from decobench.sweep import SweepInterrupted, sweep
 
     suite, _ = load_suite(args.suite)
-    out = Path(args.out) if args.out else Path("results") / suite.name
-    plan = sweep(suite, out, jobs=args.jobs, data_roots=_parse_data_roots(args.data_root),
-                 wandb=not args.no_wandb, show_progress=not args.no_progress,
-                 dry_run=args.dry_run, backend=args.backend)
+    out = check_output_dir(Path(args.out) if args.out else Path("results") / suite.name,
+                           "--out")
+    tasks = sorted({task for experiment in suite.experiments for task in experiment.tasks})
+    unknown = sorted(set(_parse_data_roots(args.data_root)) - set(tasks))
+    if unknown:
+        raise DecobenchError(f"--data-root names {', '.join(unknown)}, which suite "
+                             f"{suite.name} does not run (its tasks: {', '.join(tasks)})")
+    try:
+        plan = sweep(suite, out, jobs=args.jobs, data_roots=_parse_data_roots(args.data_root),
+                     wandb=not args.no_wandb, show_progress=not args.no_progress,
+                     dry_run=args.dry_run, backend=args.backend)
+    except SweepInterrupted as stop:
+        again = ["decobench", "sweep", args.suite, "--out", str(out),
+                 *(f"--data-root={root}" for root in args.data_root),
+                 *(["--backend", args.backend] if args.backend else []),
+                 *(["--jobs", str(args.jobs)] if args.jobs else [])]
+        print(f"decobench: interrupted: {stop.finished} of {stop.total} runs finished, the "
+              f"ones in flight were stopped; resume with: {shlex.join(again)}",
+              file=sys.stderr)
+        return 130
     if not args.dry_run:
         print(f"suite {suite.name}: all {len(plan.cells)} runs finished in {out}; "
               f"next: decobench report {out}", file=sys.stderr)
@@ -256,6 +283,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     config = build_run_config(run_values(args))
     run = prepare(config)
+    check_output_dir(run.out, "--out")
     backend = get_backend(config.backend)
     backend.check(run)
     summary = backend.run(run, overwrite=args.overwrite, show_progress=not args.no_progress,
@@ -271,6 +299,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    import math
+
+    from decobench.netem.trace import MAX_BANDWIDTH_BPS, MAX_LATENCY_S, MIN_BANDWIDTH_BPS
     from decobench.phi import get_phi
     from decobench.planner import plan
     from decobench.timemodel import t_avg
@@ -292,6 +323,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if compute_s is None:
         raise DecobenchError("--compute-ms is required with --params")
     a, b = args.bandwidth_mbps * 1e6, args.latency_ms / 1e3
+    if 0 < a < MIN_BANDWIDTH_BPS or MAX_BANDWIDTH_BPS < a < math.inf:
+        raise DecobenchError(f"--bandwidth-mbps {args.bandwidth_mbps:g} lies outside "
+                             f"[{MIN_BANDWIDTH_BPS / 1e6:g}, {MAX_BANDWIDTH_BPS / 1e6:g}] Mbit/s")
+    if MAX_LATENCY_S < b < math.inf:
+        raise DecobenchError(f"--latency-ms {args.latency_ms:g} exceeds "
+                             f"{MAX_LATENCY_S * 1e3:g} ms")
     chosen = plan(d, args.workers, compute_s, a, b, topology=args.topology,
                   phi=get_phi(args.phi), tau_max=args.tau_max, delta_min=args.delta_min,
                   kappa=args.kappa)
@@ -323,6 +360,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from decobench.tracking import log_report, project_name, resolve_mode
 
     resolve_mode(not args.no_wandb)                 # a bad WANDB_MODE fails before any work
+    check_output_dir(args.out or args.results_dir, "--out" if args.out else "RESULTS_DIR")
     output = write_report(args.results_dir, args.out)
     print(output.markdown.read_text(encoding="utf-8"))
     manifest = Path(args.results_dir) / MANIFEST
@@ -336,18 +374,47 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    import signal
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:                 # --help (0) or a one-line usage error (2)
+        return int(stop.code or 0)
+    previous = signal.signal(signal.SIGTERM, _interrupt)     # SIGTERM stops like Ctrl-C
     try:
         return int(args.func(args) or 0)
     except DecobenchError as exc:
+        if debug:
+            raise
         print(f"decobench: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:                   # a path the edge could not foresee (a full disk)
+        if debug:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"decobench: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("decobench: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:                 # a bug: one line, the traceback with --debug
+        if debug:
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0]
+        print(f"decobench: internal error: {type(exc).__name__}: {first} (rerun with --debug "
+              "for the traceback, and please report it)", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ class EmulationConfig(BaseModel):
     """Settings of the emulated backend (``RunConfig.emulation``; the flags keep their flat
     names: ``--latency-mechanism``, ``--emulation-timeout-s``, ``--skip-probe``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     latency_mechanism: Literal["auto", "netem", "comm-layer", "kernel"] = Field(
         "auto", description="who adds the trace's one-way latency: netem in "
@@ -45,7 +45,7 @@ FLAT_EMULATION_FIELDS = {"latency_mechanism": "latency_mechanism",
 class RunConfig(BaseModel):
     """One training run (``decobench run``). Units are in the field names or descriptions."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     task: str = Field(description="task name, e.g. cnn-fmnist")
     method: str = Field(description="method name, e.g. deco-sgd")
@@ -198,6 +198,10 @@ def load_yaml_config(path: str | Path) -> dict[str, Any]:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise DecobenchError(f"--config {path}: not valid YAML ({exc})") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise DecobenchError(f"--config {path}: cannot be read ({reason}); give a YAML "
+                             "file") from exc
     if not isinstance(data, dict):
         raise DecobenchError(f"--config {path}: expected a mapping of option: value")
     return {str(k).replace("-", "_"): v for k, v in data.items()}

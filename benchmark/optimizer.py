@@ -19,7 +19,7 @@ from torch import Tensor
 class OptimizerConfig(BaseModel):
     """Step size γ, momentum μ, weight decay and the learning-rate schedule."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     lr: float = Field(0.05, gt=0, description="step size γ")
     momentum: float = Field(0.0, ge=0, lt=1, description="heavy-ball momentum μ")

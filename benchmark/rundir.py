@@ -21,6 +21,11 @@ from decobench.errors import DecobenchError
 
 CONFIG, METRICS, SUMMARY = "config.yaml", "metrics.jsonl", "summary.json"
 PARTIAL_SUFFIX = ".partial"
+RUN_FILES = frozenset({CONFIG, METRICS, METRICS + PARTIAL_SUFFIX, "trace.csv", "wandb",
+                       "failure.json", "network_probe.json", "tc_commands.txt",
+                       "trace_player.jsonl"})
+"""Names a run directory may hold before its summary is written: a folder holding only
+these and no summary is an unfinished run, which a new run replaces without --overwrite."""
 
 
 def _json_safe(value: Any) -> Any:
@@ -40,8 +45,13 @@ class RunDirectory:
 
     def __init__(self, path: str | Path, overwrite: bool = False) -> None:
         self.path = Path(path)
+        if self.path.exists() and not self.path.is_dir():
+            raise DecobenchError(f"--out {self.path} is a file, not a folder: choose another "
+                                 "--out")
         if self.path.exists() and any(self.path.iterdir()):
-            if not overwrite:
+            names = {entry.name for entry in self.path.iterdir()}
+            unfinished = names <= RUN_FILES                 # an interrupted or failed run
+            if not (overwrite or unfinished):
                 raise DecobenchError(f"run directory {self.path} already exists and is not "
                                      "empty; pass --overwrite or choose another --out")
             shutil.rmtree(self.path)

@@ -38,6 +38,7 @@ from decobench.optimizer import OptimizerConfig
 from decobench.regime import NetworkCondition, parse_regime
 from decobench.replay import load_schedule
 from decobench.rundir import RunDirectory
+from decobench.sharding import check_batch_size
 from decobench.simulated import SimulatedTransport
 from decobench.tasks import Task, TaskData, TaskProfile, get_task
 from decobench.tasks.base import parameter_count
@@ -230,8 +231,14 @@ def resolved_config(run: PreparedRun, d: int, data_source: str,
 def load_task_data(run: PreparedRun) -> TaskData:
     try:
         return run.task.load_data(run.data_root, run.download, run.profile, run.dataset)
-    except (RuntimeError, OSError) as exc:
-        raise DecobenchError(f"could not load data for task {run.task.name}: {exc}") from exc
+    except DecobenchError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a data set's reader, whatever it raises
+        where = f" from {run.data_root}" if run.data_root else ""
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise DecobenchError(f"could not load data for task {run.task.name}{where}: "
+                             f"{detail}; check the files (or omit --data-root to download "
+                             "the data set)") from exc
 
 
 def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = True,
@@ -254,8 +261,9 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
     if config.backend != "simulated":
         raise DecobenchError(f"execute() runs the simulated backend; backend {config.backend} "
                              "runs through decobench.emulated.launcher.launch")
-    rundir = RunDirectory(run.out, overwrite=overwrite)
     data = load_task_data(run)
+    check_batch_size(data.num_train, config.workers, run.batch_size)
+    rundir = RunDirectory(run.out, overwrite=overwrite)   # nothing written before this line
     tracker: RunTracker = NullTracker()
     wall_start = time.perf_counter()
     first_pass: list[_Pass] = []

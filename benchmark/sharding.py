@@ -12,16 +12,30 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from decobench.errors import DecobenchError
+
 
 def _generator(*entropy: int) -> torch.Generator:
     seed = int(np.random.SeedSequence(list(entropy)).generate_state(1, dtype=np.uint64)[0])
     return torch.Generator().manual_seed(seed & ((1 << 63) - 1))
 
 
+def check_batch_size(num_samples: int, workers: int, batch_size: int) -> None:
+    """Each of the n workers needs a shard of at least one batch: B <= ⌊N / n⌋ (a one-line
+    :class:`DecobenchError` naming the largest batch that fits otherwise)."""
+    if num_samples < workers:
+        raise DecobenchError(f"{num_samples} training samples cannot be split across "
+                             f"{workers} workers: use --workers {num_samples} or fewer")
+    if batch_size > num_samples // workers:
+        raise DecobenchError(f"--batch-size {batch_size} exceeds a worker's shard of "
+                             f"{num_samples // workers} samples ({num_samples} samples / "
+                             f"{workers} workers): use --batch-size {num_samples // workers} "
+                             "or less")
+
+
 def shard_indices(num_samples: int, workers: int, seed: int) -> Tensor:
     """``[n, num_samples // n]`` disjoint sample indices, one row per worker."""
-    if num_samples < workers:
-        raise ValueError(f"{num_samples} samples cannot be split across {workers} workers")
+    check_batch_size(num_samples, workers, 1)
     perm = torch.randperm(num_samples, generator=_generator(seed, 0x5EED))
     per_worker = num_samples // workers
     return perm[: per_worker * workers].view(workers, per_worker)
@@ -31,10 +45,8 @@ class ShardedBatches:
     """Yields ``[n, B]`` index batches: row i is worker i's next batch from its shard."""
 
     def __init__(self, num_samples: int, workers: int, batch_size: int, seed: int) -> None:
+        check_batch_size(num_samples, workers, batch_size)
         self.shards = shard_indices(num_samples, workers, seed)
-        if batch_size > self.shards.shape[1]:
-            raise ValueError(f"batch size {batch_size} exceeds a worker's shard "
-                             f"({self.shards.shape[1]} samples)")
         self.workers, self.batch_size, self.seed = workers, batch_size, seed
         self.epoch = 0
         self._cursor = 0

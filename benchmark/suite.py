@@ -56,7 +56,7 @@ IDENTITY_EXCLUDED = ("out", "data_root")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ConstantNetwork(_Strict):

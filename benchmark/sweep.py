@@ -10,6 +10,9 @@ Layout of the results folder ``DIR``::
 
 A cell's identity is the SHA-256 of its resolved configuration and seed
 (:func:`decobench.suite.identity`); its directory name ends with the first 12 hex digits.
+Ctrl-C (SIGINT) or SIGTERM stops a sweep at once: queued cells are cancelled, the worker
+processes of the cells in flight are killed and their staging folders removed, and
+:class:`SweepInterrupted` says how many runs are finished; rerunning resumes.
 A cell runs in ``runs/.staging-NAME-PID`` and is renamed to ``runs/NAME`` only when it is
 complete, so ``runs/NAME`` exists exactly when the run finished: killing the sweep (or the
 machine) at any moment loses at most the cells in flight, and a rerun skips every finished
@@ -88,6 +91,24 @@ def plan_sweep(suite: Suite, out: Path, data_roots: dict[str, str] | None = None
     return SweepPlan(suite, out, cells, done, todo)
 
 
+def previous_cells(out: Path, suite: Suite) -> set[str] | None:
+    """The run folders of the suite an earlier sweep wrote into ``out`` (None if none did);
+    a folder that holds another suite is refused, naming both."""
+    manifest = out / MANIFEST
+    if not manifest.is_file():
+        return None
+    try:
+        recorded = json.loads(manifest.read_text())
+        name, cells = recorded["suite"], {c["run_dir"] for c in recorded["cells"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DecobenchError(f"{manifest} is not a sweep manifest ({exc}); choose another "
+                             "--out or remove the file") from exc
+    if name != suite.name:
+        raise DecobenchError(f"{out} holds the results of suite {name!r}, not {suite.name!r}: "
+                             f"choose another --out (e.g. results/{suite.name})")
+    return cells
+
+
 def write_manifest(plan: SweepPlan) -> None:
     write_text_atomic(plan.out / "suite.yaml",
                       yaml.safe_dump(plan.suite.model_dump(mode="json"), sort_keys=False))
@@ -117,11 +138,24 @@ def remove_abandoned_staging(out: Path) -> list[Path]:
     return stale
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """The sweep was stopped by Ctrl-C or SIGTERM; ``finished`` of ``total`` runs are done
+    (the rest resume on the next sweep into the same folder)."""
+
+    def __init__(self, finished: int, total: int) -> None:
+        super().__init__(f"{finished} of {total} runs finished")
+        self.finished, self.total = finished, total
+
+
 def _init_worker(threads: int) -> None:
-    """Worker set-up: torch threads, and (Linux) die with the sweep process, so killing the
-    sweep leaves no orphan still training."""
+    """Worker set-up: torch threads; Ctrl-C is the sweep's to handle (a terminal sends it
+    to the workers too); and (Linux) die with the sweep process, so killing the sweep leaves
+    no orphan still training."""
+    import signal
+
     import torch
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(threads)
     if sys.platform.startswith("linux"):
         import ctypes
@@ -177,16 +211,34 @@ def execute_sweep(plan: SweepPlan, jobs: int, wandb: bool = True,
         return _execute_one_at_a_time(plan, wandb, show_progress)
     threads = max(1, (os.cpu_count() or 1) // jobs)
     context = multiprocessing.get_context("spawn")
-    with SweepProgress(total=len(plan.cells), done=len(plan.done), enabled=show_progress) as bar, \
-            ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_init_worker,
-                                initargs=(threads,)) as pool:
-        pending: dict[Future, Cell] = {pool.submit(run_cell, c, plan.out, wandb): c
-                                       for c in plan.todo}
-        while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
-                _settle(plan, pending.pop(future), future.result, bar, failures)
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_init_worker,
+                               initargs=(threads,))
+    try:
+        with SweepProgress(total=len(plan.cells), done=len(plan.done),
+                           enabled=show_progress) as bar:
+            pending: dict[Future, Cell] = {pool.submit(run_cell, c, plan.out, wandb): c
+                                           for c in plan.todo}
+            while pending:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    _settle(plan, pending.pop(future), future.result, bar, failures)
+    except KeyboardInterrupt:
+        _stop_pool(pool)
+        raise SweepInterrupted(sum(is_done(plan.out, c) for c in plan.cells),
+                               len(plan.cells)) from None
+    pool.shutdown(wait=True)
     return failures
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel the queued cells and kill the worker processes of the cells in flight (their
+    staging folders are removed by the caller; a finished cell was already published)."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    workers = multiprocessing.active_children()
+    for process in workers:
+        process.kill()
+    for process in workers:
+        process.join(timeout=5)
 
 
 def _settle(plan: SweepPlan, cell: Cell, result: Callable[[], dict[str, Any]], bar: Any,
@@ -213,10 +265,15 @@ def _execute_one_at_a_time(plan: SweepPlan, wandb: bool,
     from decobench.progress import SweepProgress
 
     failures: list[tuple[Cell, str]] = []
-    with SweepProgress(total=len(plan.cells), done=len(plan.done), enabled=show_progress) as bar:
-        for cell in plan.todo:
-            _settle(plan, cell, lambda cell=cell: run_cell(cell, plan.out, wandb), bar,
-                    failures)
+    try:
+        with SweepProgress(total=len(plan.cells), done=len(plan.done),
+                           enabled=show_progress) as bar:
+            for cell in plan.todo:
+                _settle(plan, cell, lambda cell=cell: run_cell(cell, plan.out, wandb), bar,
+                        failures)
+    except KeyboardInterrupt:
+        raise SweepInterrupted(sum(is_done(plan.out, c) for c in plan.cells),
+                               len(plan.cells)) from None
     return failures
 
 
@@ -230,7 +287,15 @@ def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str
     if jobs < 1:
         raise DecobenchError(f"--jobs must be >= 1, got {jobs}")
     with sweep_lock(out):
+        previous = previous_cells(out, suite)
         plan = plan_sweep(suite, out, data_roots, backend=backend)
+        if previous is not None:
+            now = {f"runs/{c.name}" for c in plan.cells}
+            added, removed = len(now - previous), len(previous - now)
+            if added or removed:
+                print(f"suite {suite.name} changed since the last sweep into {out}: "
+                      f"{added} run(s) added, {removed} left out (their finished runs stay "
+                      "in runs/ but leave the manifest and the report)", file=sys.stderr)
         print(f"suite {suite.name}: {len(plan.cells)} runs, {len(plan.done)} already finished, "
               f"{len(plan.todo)} to run with {min(jobs, max(1, len(plan.todo)))} worker "
               f"process(es) -> {out}", file=sys.stderr)
@@ -247,7 +312,11 @@ def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str
             print(f"removed {len(stale)} unfinished run folder(s) of an interrupted sweep",
                   file=sys.stderr)
         (out / FAILURES).unlink(missing_ok=True)
-        failures = execute_sweep(plan, jobs, wandb=wandb, show_progress=show_progress)
+        try:
+            failures = execute_sweep(plan, jobs, wandb=wandb, show_progress=show_progress)
+        except KeyboardInterrupt:
+            remove_abandoned_staging(out)          # the cells in flight start over
+            raise
     if failures:
         lines = "\n".join(f"  {cell.name}: {error}" for cell, error in failures)
         raise DecobenchError(f"{len(failures)} of {len(plan.todo)} runs failed (see "

@@ -299,18 +299,40 @@ class Trace:
         return replace(self, loop=loop)
 
 
-def _row_problem(t: float, a: float, b: float, prev_t: float | None) -> str:
-    """Why a row (time s, bandwidth, latency) is invalid, or "" if it is valid."""
+MIN_BANDWIDTH_BPS = 1.0
+"""Slowest link a trace may describe (1 bit/s; rates below it are typing slips, e.g. 1e-300
+Mbit/s, whose transfer times no simulation can count)."""
+MAX_BANDWIDTH_BPS = 1e13
+"""Fastest link a trace may describe (10 Tbit/s)."""
+MAX_LATENCY_S = 3600.0
+"""Longest one-way latency a trace may describe (an hour)."""
+MAX_TIME_S = 1e9
+"""Latest row time (about 32 years)."""
+
+
+def _row_problem(t: float, a: float, b: float, prev_t: float | None,
+                 physical: bool = False) -> str:
+    """Why a row (time s, bandwidth bit/s, latency s) is invalid, or "" if it is valid
+    (messages in the CSV's units, Mbit/s and ms). ``physical``: also hold the row to the
+    ranges a real link can have (:data:`MIN_BANDWIDTH_BPS` ...), as for a file a user
+    wrote; traces computed from valid ones (a regime mapping) may leave them."""
     if not (math.isfinite(t) and math.isfinite(a) and math.isfinite(b)):
         return "values must be finite numbers"
     if prev_t is None and t != 0.0:
         return f"the first row must start at time 0, got {_fmt(t)}"
     if prev_t is not None and t <= prev_t:
         return f"times must be strictly increasing ({_fmt(t)} follows {_fmt(prev_t)})"
+    if physical and t > MAX_TIME_S:
+        return f"time must be <= {MAX_TIME_S:g} s, got {_fmt(t)}"
     if a <= 0.0:
-        return f"bandwidth must be > 0, got {_fmt(a)}"
+        return f"bandwidth must be > 0, got {_fmt(a / BITS_PER_MBIT)}"
+    if physical and not MIN_BANDWIDTH_BPS <= a <= MAX_BANDWIDTH_BPS:
+        return (f"bandwidth must lie in [{MIN_BANDWIDTH_BPS / BITS_PER_MBIT:g}, "
+                f"{MAX_BANDWIDTH_BPS / BITS_PER_MBIT:g}] Mbit/s, got {_fmt(a / BITS_PER_MBIT)}")
     if b < 0.0:
-        return f"latency must be >= 0, got {_fmt(b)}"
+        return f"latency must be >= 0, got {_fmt(b * MS_PER_S)}"
+    if physical and b > MAX_LATENCY_S:
+        return f"latency must be <= {MAX_LATENCY_S * MS_PER_S:g} ms, got {_fmt(b * MS_PER_S)}"
     return ""
 
 
@@ -342,7 +364,8 @@ def parse_trace_csv(
             t, mbps, ms = (float(c) for c in cells)
         except ValueError:
             raise TraceError(f"{where}non-numeric value in '{line}'") from None
-        problem = _row_problem(t, mbps, ms, times[-1] if times else None)
+        problem = _row_problem(t, mbps * BITS_PER_MBIT, ms / MS_PER_S,
+                               times[-1] if times else None, physical=True)
         if problem:
             raise TraceError(f"{where}{problem}")
         times.append(t)

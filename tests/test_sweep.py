@@ -163,3 +163,33 @@ def test_jobs_must_be_positive(tmp_path, fmnist_root, capsys):
     suite = _suite(tmp_path, fmnist_root)
     assert main(_cli(suite, tmp_path / "out", fmnist_root, "--jobs", "0")) == 2
     assert "--jobs must be >= 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_interrupt_stops_the_sweep_and_leaves_it_resumable(tmp_path, fmnist_root, signum):
+    """Ctrl-C (or SIGTERM) while two runs train and two wait: exit 130 within 5 s with one
+    line saying how to resume, no run starts or goes on afterwards, nothing half-written."""
+    suite_path = _suite(tmp_path, fmnist_root, max_iters=5000, target=0.99)
+    out = tmp_path / "out"
+    runs = out / "runs"
+    command = _cli(suite_path, out, fmnist_root)
+    command[command.index("--jobs") + 1] = "2"
+    sweep_process = subprocess.Popen([sys.executable, "-m", "decobench.cli", *command],
+                                     cwd=REPO, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not any((s / "metrics.jsonl.partial").exists() for s in runs.glob(".staging-*")):
+        assert sweep_process.poll() is None, sweep_process.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    sent = time.monotonic()
+    os.kill(sweep_process.pid, signum)
+    _, err = sweep_process.communicate(timeout=30)
+    assert time.monotonic() - sent < 5
+    assert sweep_process.returncode == 130, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("decobench: interrupted: 0 of 4 runs finished")
+    assert f"resume with: decobench sweep {suite_path} --out {out}" in last
+    entries = sorted(p.name for p in runs.iterdir())
+    time.sleep(2)
+    assert sorted(p.name for p in runs.iterdir()) == entries == [], "a run went on or started"

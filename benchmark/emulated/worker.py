@@ -34,6 +34,7 @@ from decobench.runner import (
     resolved_config,
     summary_fields,
 )
+from decobench.sharding import check_batch_size
 from decobench.topology import topology_factors
 from decobench.tracking import NullTracker, RunTracker, TrackerFactory
 from decobench.wire import dense_wire_bits
@@ -134,6 +135,7 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
         raise DecobenchError(f"method {config.method} cannot run on the emulated backend: "
                              f"{run.spec.emulation}")
     data = load_task_data(run)
+    check_batch_size(data.num_train, config.workers, run.batch_size)
 
     @functools.cache
     def trace_for(d: int) -> Trace:                 # begin() and the transport share it

@@ -39,7 +39,7 @@ from decobench.optimizer import OptimizerConfig
 class MethodOptions(BaseModel):
     """Per-method options; subclasses add fields (each becomes a ``decobench run`` flag)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 @dataclass(frozen=True)

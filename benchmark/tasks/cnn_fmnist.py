@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from decobench.errors import DecobenchError
 from decobench.tasks.base import ClassificationTask, TaskData, TaskProfile, TensorData
+from decobench.tasks.idx import idx_problem
 
 FMNIST_MEAN, FMNIST_STD = 0.2860, 0.3530
 RAW_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
@@ -86,6 +87,12 @@ class CnnFashionMnist(ClassificationTask):
                 f"--data-root {data_root}: no Fashion-MNIST at {raw} (missing {', '.join(missing)}); "
                 "point --data-root at a folder holding FashionMNIST/raw/*-ubyte "
                 "(e.g. ../shared/data/fashion-mnist-mini), or omit it to download the data set")
+        for name in RAW_FILES:
+            problem = idx_problem(raw / name, 3 if "images" in name else 1)
+            if problem:
+                raise DecobenchError(f"--data-root {data_root}: {raw / name} {problem}; "
+                                     "replace it with the original file (or omit --data-root "
+                                     "to download the data set)")
 
     def load_data(self, data_root: Path | None, download: bool, profile: TaskProfile,
                   variant: str | None = None) -> TaskData:
