@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -102,6 +104,48 @@ def bench_topk(sizes: list[int], delta: float, repeats: int) -> list[dict]:
     return results
 
 
+CLI_COMMANDS = {
+    "decobench --help": ["--help"],
+    "decobench run --help": ["run", "--help"],
+    "decobench run --method deco-sgd --help": ["run", "--method", "deco-sgd", "--help"],
+    "decobench sweep --help": ["sweep", "--help"],
+    "decobench plan --help": ["plan", "--help"],
+    "decobench trace --help": ["trace", "--help"],
+    "decobench data --help": ["data", "--help"],
+    "an edge error (run --lr inf)": ["run", "--task", "cnn-fmnist", "--method", "d-sgd",
+                                     "--trace", "constant-1gbps-10ms", "--lr", "inf"],
+    "an edge error (plan, 1e-300 Mbit/s)": ["plan", "--params", "10", "--compute-ms", "1",
+                                            "--bandwidth-mbps", "1e-300", "--latency-ms", "1"],
+}
+"""Command lines whose start-up time (process start to exit) the benchmark records."""
+
+
+def bench_cli(repeats: int) -> dict[str, Any]:
+    """Seconds from start to exit of each of :data:`CLI_COMMANDS` in a fresh process (the
+    median of ``repeats``, the run-parser metadata cache warm), and of ``run --help`` with
+    the cache cold (the first command after an install or an edit of a method)."""
+    import statistics
+    import subprocess
+    import sys
+    import tempfile
+
+    def once(args: list[str], env: dict[str, str]) -> float:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "decobench.cli", *args], env=env,
+                       capture_output=True, check=False)
+        return time.perf_counter() - start
+
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "DECOBENCH_CACHE_DIR": cache}
+        cold = once(["run", "--help"], env)
+        timings = {name: statistics.median(once(args, env) for _ in range(repeats))
+                   for name, args in CLI_COMMANDS.items()}
+    for name, seconds in timings.items():
+        print(f"cli: {name}: {seconds:.3f} s", flush=True)
+    print(f"cli: decobench run --help, metadata cache cold: {cold:.3f} s", flush=True)
+    return {"median_s": timings, "run_help_cold_cache_s": cold, "repeats": repeats}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m decobench.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -117,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                     "torch": str(torch.__version__), "threads": torch.get_num_threads()},
         "simulated_backend": bench_backend([1, 4, 8], args.batch, args.repeats),
         "topk_error_feedback": bench_topk(sizes, 0.01, max(3, args.repeats // 2)),
+        "cli_startup": bench_cli(max(3, args.repeats // 2)),
     }
     write_text_atomic(Path(args.out), json.dumps(result, indent=2) + "\n")
     print(f"written to {args.out}")

@@ -36,14 +36,13 @@ The run directory (--out) receives config.yaml, metrics.jsonl and summary.json.
 
 
 def _tasks_and_methods_epilog() -> str:
-    from decobench.methods import method_specs
-    from decobench.regime import REGIME_ALIASES
-    from decobench.tasks import TASKS
+    from decobench.cli_metadata import run_metadata
 
-    lines = ["tasks:"] + [f"  {n:14s} {cls.description}" for n, cls in sorted(TASKS.all().items())]
-    lines += ["methods:"] + [f"  {n:14s} {s.summary}" for n, s in sorted(method_specs().items())]
+    metadata = run_metadata()
+    lines = ["tasks:"] + [f"  {n:14s} {text}" for n, text in metadata["tasks"].items()]
+    lines += ["methods:"] + [f"  {n:14s} {m['summary']}" for n, m in metadata["methods"].items()]
     lines += ["regime aliases (--regime):"] + [f"  {n:18s} {spec}" for n, spec
-                                                in sorted(REGIME_ALIASES.items())]
+                                                in metadata["regimes"].items()]
     return RUN_EPILOG + "\n" + "\n".join(lines)
 
 
@@ -75,36 +74,83 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"decobench: error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    from decobench.netem.cli import add_trace_parser
-    from decobench.tasks.standins import add_data_parser
+SUBCOMMANDS: dict[str, str] = {
+    "run": "one training run",
+    "plan": "print DeCo's (δ, τ) for given conditions (no training)",
+    "report": "tables and figures of the finished runs in a results folder",
+    "sweep": "run a suite of runs in parallel, resumably",
+    "fidelity": "the same runs on the simulated and emulated backends, per-iteration time "
+                "compared (root)",
+    "trace": "generate, validate, convert and plot network traces",
+    "data": "offline data: build stand-in data sets; fetch a run's data",
+}
+"""The subcommands and their one-line help, in ``decobench --help`` order."""
 
+
+def _chosen_subcommand(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (the first word that is not an option)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The command line parser. Only the subcommand named in ``argv`` is built in full
+    (with its flags, which may import the registries, and through them torch); the others
+    are one-line entries, so ``decobench --help`` and a light subcommand start fast. With
+    an empty ``argv`` every subcommand is built."""
     parser = OneLineParser(
         prog="decobench", description="Distributed training over wide-area networks: DeCo-SGD "
         "and baselines on simulated network traces.", epilog="Bad input ends with one line "
         "'decobench: error: ...' and exit status 2; add --debug anywhere on the command line "
         "to see the Python traceback instead. Troubleshooting: docs/troubleshooting.md.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chosen = _chosen_subcommand(argv)
+    builders = {"run": _add_run, "plan": _add_plan, "report": _add_report, "sweep": _add_sweep,
+                "fidelity": _add_fidelity, "trace": _add_trace, "data": _add_data}
+    for name, summary in SUBCOMMANDS.items():
+        if not argv or chosen == name:
+            builders[name](sub, argv)
+        else:
+            sub.add_parser(name, help=summary)
+    return parser
 
+
+def _add_trace(sub: Any, argv: Sequence[str]) -> None:
+    from decobench.netem.cli import add_trace_parser
+
+    add_trace_parser(sub)
+
+
+def _add_data(sub: Any, argv: Sequence[str]) -> None:
+    from decobench.data_cli import add_data_parser
+
+    add_data_parser(sub)
+
+
+def _add_run(sub: Any, argv: Sequence[str]) -> None:
     pre = OneLineParser(prog="decobench", add_help=False)
     pre.add_argument("--method")
     chosen_method = pre.parse_known_args(list(argv))[0].method
-    run = sub.add_parser("run", help="one training run", description="One training run: on "
-                         "the simulated network clock (default), or with --backend emulated as n "
-                         "real worker processes over shaped Linux links (root).", epilog=_tasks_and_methods_epilog(),
+    run = sub.add_parser("run", help=SUBCOMMANDS["run"], description="One training run: on "
+                         "the simulated network clock (default), or with --backend emulated "
+                         "as n real worker processes over shaped Linux links (root).",
+                         epilog=_tasks_and_methods_epilog(),
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_flags(run)
     add_method_flags(run, chosen_method)
     run.set_defaults(func=cmd_run)
 
-    plan = sub.add_parser("plan", help="print DeCo's (δ, τ) for given conditions (no training)",
+
+def _add_plan(sub: Any, argv: Sequence[str]) -> None:
+    plan = sub.add_parser("plan", help=SUBCOMMANDS["plan"],
                           description="DeCo's plan (deco-sgd.md §5) for a model size, compute "
                           "time, bandwidth and latency.")
     _plan_flags(plan)
     plan.set_defaults(func=cmd_plan)
 
+
+def _add_report(sub: Any, argv: Sequence[str]) -> None:
     report = sub.add_parser(
-        "report", help="tables and figures of the finished runs in a results folder",
+        "report", help=SUBCOMMANDS["report"],
         description="The report of every finished run under RESULTS_DIR (a sweep's folder or "
         "any folder of run directories): report.md and report.html (figures embedded), "
         "tables/*.csv and *.tex, figures/*.png and *.svg; time to target with speed-ups over "
@@ -118,8 +164,10 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
                         "Weights & Biases")
     report.set_defaults(func=cmd_report)
 
+
+def _add_sweep(sub: Any, argv: Sequence[str]) -> None:
     sweep = sub.add_parser(
-        "sweep", help="run a suite of runs in parallel, resumably",
+        "sweep", help=SUBCOMMANDS["sweep"],
         description="Run every cell of a suite (tasks × methods × conditions × workers × seeds) "
         "in parallel worker processes. Finished runs are skipped (a run's identity is the hash "
         "of its resolved configuration and seed), so a killed sweep resumes where it stopped. "
@@ -146,9 +194,10 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
                        "per finished run is still printed)")
     sweep.set_defaults(func=cmd_sweep)
 
+
+def _add_fidelity(sub: Any, argv: Sequence[str]) -> None:
     fidelity = sub.add_parser(
-        "fidelity", help="the same runs on the simulated and emulated backends, per-iteration "
-        "time compared (root)",
+        "fidelity", help=SUBCOMMANDS["fidelity"],
         description="Run each method on the emulated backend (n processes over shaped Linux "
         "links, time measured), then on the simulated backend with T fixed to the compute "
         "time the emulated ranks measured, and compare the per-iteration time after a "
@@ -183,10 +232,6 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     fidelity.add_argument("--overwrite", action="store_true", help="replace earlier runs")
     fidelity.add_argument("--no-progress", action="store_true", help="no progress bars")
     fidelity.set_defaults(func=cmd_fidelity)
-
-    add_trace_parser(sub)
-    add_data_parser(sub)
-    return parser
 
 
 def cmd_fidelity(args: argparse.Namespace) -> int:
@@ -277,11 +322,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from decobench.backends import get_backend
     from decobench.config import build_run_config
+
+    config = build_run_config(run_values(args))     # flag values: no task imported yet
+    from decobench.backends import get_backend
     from decobench.runner import prepare
 
-    config = build_run_config(run_values(args))
     run = prepare(config)
     check_output_dir(run.out, "--out")
     backend = get_backend(config.backend)

@@ -9,8 +9,6 @@ the flags into the mapping :func:`decobench.config.build_run_config` validates.
 from __future__ import annotations
 
 import argparse
-import types
-import typing
 from typing import Any
 
 
@@ -139,35 +137,22 @@ def _parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def _field_type(annotation: Any) -> tuple[Any, list[str] | None]:
-    """argparse type and choices for an options field (``X | None`` is parsed as X)."""
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        inner = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(inner) == 1:
-            annotation = inner[0]
-    if typing.get_origin(annotation) is typing.Literal:
-        return str, [str(a) for a in typing.get_args(annotation)]
-    if annotation is bool:
-        return _parse_bool, None
-    return annotation, None
-
-
-def _shown_default(value: Any) -> str:
-    return "unset" if value is None else str(value)
+_KINDS: dict[str, Any] = {"bool": _parse_bool, "int": int, "float": float, "str": str}
 
 
 def add_method_flags(parser: argparse.ArgumentParser, only: str | None) -> None:
     """One flag per method option field. All are parsed (so an option the chosen method does
     not have is reported by that method's options model); with ``--method M`` the help shows
-    only M's options, with M's defaults."""
-    from decobench.methods import method_specs
+    only M's options, with M's defaults. Built from :func:`decobench.cli_metadata.
+    run_metadata` (no task or method module is imported when its cache is current)."""
+    from decobench.cli_metadata import run_metadata
 
-    specs = method_specs()
+    specs = run_metadata()["methods"]
     shown = {only} if only in specs else set(specs)
-    owners: dict[str, list[tuple[str, Any]]] = {}
-    for spec in specs.values():
-        for name, info in spec.options.model_fields.items():
-            owners.setdefault(name, []).append((spec.name, info))
+    owners: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for method, spec in specs.items():
+        for name, info in spec["options"].items():
+            owners.setdefault(name, []).append((method, info))
     title = f"options of {only}" if only in specs else "method options (each names its methods)"
     group = parser.add_argument_group(title)
     if only in specs:
@@ -178,29 +163,28 @@ def add_method_flags(parser: argparse.ArgumentParser, only: str | None) -> None:
     for name, entries in owners.items():
         visible = [(method, info) for method, info in entries if method in shown]
         info = (visible or entries)[0][1]
-        kind, choices = _field_type(info.annotation)
+        kind, choices = _KINDS[info["kind"]], info["choices"]
         flag = "--" + name.replace("_", "-")
         extra: dict[str, Any] = {}
         if kind is _parse_bool:
             extra = {"nargs": "?", "const": True, "metavar": "true|false"}
         elif not choices:
             extra = {"metavar": name.upper()}
-        defaults = {_shown_default(i.default) for _, i in visible}
+        defaults = {i["default"] for _, i in visible}
         if len(defaults) == 1:
             default = f"default {defaults.pop()}"
         else:
-            default = "default " + ", ".join(f"{m}: {_shown_default(i.default)}"
-                                             for m, i in visible)
+            default = "default " + ", ".join(f"{m}: {i['default']}" for m, i in visible)
         methods = "" if only in specs else "; " + ", ".join(m for m, _ in visible)
         group.add_argument(flag, dest=f"method_option__{name}", type=kind, choices=choices,
                            default=argparse.SUPPRESS,
-                           help=f"{info.description} [{default}{methods}]" if visible
+                           help=f"{info['description']} [{default}{methods}]" if visible
                            else argparse.SUPPRESS, **extra)
 
 
 def run_values(args: argparse.Namespace) -> dict[str, Any]:
+    from decobench.cli_metadata import run_metadata
     from decobench.config import load_yaml_config
-    from decobench.methods import method_specs
 
     """The run config's values: ``--config`` file, then the flags given (which override it);
     method options from either place go under ``method_options``."""
@@ -208,7 +192,7 @@ def run_values(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "config", None):
         values = load_yaml_config(args.config)
     options = dict(values.pop("method_options", None) or {})
-    option_names = {f for s in method_specs().values() for f in s.options.model_fields}
+    option_names = {f for spec in run_metadata()["methods"].values() for f in spec["options"]}
     for name in list(values):
         if name in option_names:
             options[name] = values.pop(name)

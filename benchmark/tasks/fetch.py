@@ -31,17 +31,6 @@ def fetch_run_data(config_path: str | Path) -> str:
     return task.name
 
 
-def add_fetch_parser(sub: argparse._SubParsersAction) -> None:
-    """``fetch`` under ``decobench data``."""
-    fetch = sub.add_parser(
-        "fetch", help="load (download) a run's task data once",
-        description="Load the task data of a run config once: download it into the cache "
-        "when the config has no data_root, else check the given folder. The Docker stack's "
-        "one-shot data service runs this before the workers start.")
-    fetch.add_argument("--config", required=True, metavar="RUN.yaml", help="run config file")
-    fetch.set_defaults(func=cmd_fetch)
-
-
 def cmd_fetch(args: argparse.Namespace) -> int:
     print(f"data for {fetch_run_data(args.config)}: ready", flush=True)
     return 0

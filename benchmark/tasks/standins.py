@@ -40,19 +40,16 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch.nn.functional as F
 from torch import Tensor
 
+from decobench.data_cli import DEFAULT_SOURCE, add_standins_arguments
 from decobench.errors import DecobenchError
 from decobench.tasks.base import STANDIN_MARKER
 from decobench.tasks.cnn_cifar10 import write_cifar_format
 from decobench.tasks.cnn_fmnist import RAW_FILES
-
-DEFAULT_SOURCE = Path("../shared/data/fashion-mnist-mini")
-"""The offline Fashion-MNIST slice beside the checkout (relative to the project root)."""
 
 FMNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
                   "Sneaker", "Bag", "Ankle boot")
@@ -252,19 +249,6 @@ def build_standins(source_root: Path, out: Path, limit: int | None = None,
                         train_images=n_train, test_images=n_test, files=files, bytes=size)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, metavar="DIR",
-                        help="output folder: DIR/cifar10 (--data-root of cnn-cifar10), "
-                        "DIR/imagenet (--data-root of vit-imagenet), DIR/README.txt")
-    parser.add_argument("--fmnist-root", default=str(DEFAULT_SOURCE), metavar="DIR",
-                        help="Fashion-MNIST root holding FashionMNIST/raw/*-ubyte (default "
-                        f"{DEFAULT_SOURCE}, the offline slice beside the checkout)")
-    parser.add_argument("--limit", type=int, metavar="N",
-                        help="keep only the first N images of each split (default: all)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace DIR when it holds an earlier stand-in build")
-
-
 def cmd_standins(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     build = build_standins(Path(args.fmnist_root), Path(args.out), args.limit, args.overwrite)
@@ -276,32 +260,11 @@ def cmd_standins(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_data_parser(subparsers: Any) -> None:
-    """Register ``data`` and its subcommands ``standins`` and ``fetch`` on an argparse
-    subparsers object (``decobench data standins``, ``decobench data fetch``); each leaf
-    sets ``func``."""
-    from decobench.tasks.fetch import add_fetch_parser
-
-    data = subparsers.add_parser("data", help="offline data: build stand-in data sets; "
-                                 "fetch a run's data",
-                                 description="Offline data sets for the benchmark's tasks.")
-    sub = data.add_subparsers(dest="data_command", metavar="COMMAND", required=True)
-    standins = sub.add_parser(
-        "standins", help="CIFAR-10 and ImageNet stand-ins built from Fashion-MNIST",
-        description="Build a CIFAR-10 stand-in (python pickle format) and an ImageNet stand-in "
-        "(ImageFolder of PNGs) from a Fashion-MNIST root, byte for byte reproducibly. They "
-        "are labelled as stand-ins (STANDIN.txt, and each run's data_source): accuracies on "
-        "them are not comparable to CIFAR-10 or ImageNet results.")
-    add_arguments(standins)
-    standins.set_defaults(func=cmd_standins)
-    add_fetch_parser(sub)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m decobench.tasks.standins",
                                      description="Build the CIFAR-10 and ImageNet stand-ins "
                                      "(see decobench data standins --help).")
-    add_arguments(parser)
+    add_standins_arguments(parser)
     args = parser.parse_args(argv)
     try:
         return cmd_standins(args)

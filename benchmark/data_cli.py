@@ -1,0 +1,63 @@
+"""``decobench data``: its command line, kept free of the task modules (which import torch)
+so that its ``--help`` and its usage errors answer at once; the commands import the task
+code when they run (:mod:`decobench.tasks.standins`, :mod:`decobench.tasks.fetch`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SOURCE = Path("../shared/data/fashion-mnist-mini")
+"""The offline Fashion-MNIST slice beside the checkout (relative to the project root)."""
+
+
+def add_standins_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``decobench data standins`` (and ``python -m decobench.tasks.standins``)."""
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="output folder: DIR/cifar10 (--data-root of cnn-cifar10), "
+                        "DIR/imagenet (--data-root of vit-imagenet), DIR/README.txt")
+    parser.add_argument("--fmnist-root", default=str(DEFAULT_SOURCE), metavar="DIR",
+                        help="Fashion-MNIST root holding FashionMNIST/raw/*-ubyte (default "
+                        f"{DEFAULT_SOURCE}, the offline slice beside the checkout)")
+    parser.add_argument("--limit", type=int, metavar="N",
+                        help="keep only the first N images of each split (default: all)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace DIR when it holds an earlier stand-in build")
+
+
+def _standins(args: argparse.Namespace) -> int:
+    from decobench.tasks.standins import cmd_standins
+
+    return cmd_standins(args)
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    from decobench.tasks.fetch import cmd_fetch
+
+    return cmd_fetch(args)
+
+
+def add_data_parser(subparsers: Any) -> None:
+    """Register ``data`` and its subcommands ``standins`` and ``fetch`` on an argparse
+    subparsers object (``decobench data standins``, ``decobench data fetch``); each leaf
+    sets ``func``."""
+    data = subparsers.add_parser("data", help="offline data: build stand-in data sets; "
+                                 "fetch a run's data",
+                                 description="Offline data sets for the benchmark's tasks.")
+    sub = data.add_subparsers(dest="data_command", metavar="COMMAND", required=True)
+    standins = sub.add_parser(
+        "standins", help="CIFAR-10 and ImageNet stand-ins built from Fashion-MNIST",
+        description="Build a CIFAR-10 stand-in (python pickle format) and an ImageNet stand-in "
+        "(ImageFolder of PNGs) from a Fashion-MNIST root, byte for byte reproducibly. They "
+        "are labelled as stand-ins (STANDIN.txt, and each run's data_source): accuracies on "
+        "them are not comparable to CIFAR-10 or ImageNet results.")
+    add_standins_arguments(standins)
+    standins.set_defaults(func=_standins)
+    fetch = sub.add_parser(
+        "fetch", help="load (download) a run's task data once",
+        description="Load the task data of a run config once: download it into the cache "
+        "when the config has no data_root, else check the given folder. The Docker stack's "
+        "one-shot data service runs this before the workers start.")
+    fetch.add_argument("--config", required=True, metavar="RUN.yaml", help="run config file")
+    fetch.set_defaults(func=_fetch)
