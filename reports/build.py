@@ -39,7 +39,15 @@ from decobench.reports.render import (
 )
 from decobench.reports.runs import Run, RunSet, load_runs
 from decobench.reports.speedup import REFERENCES
-from decobench.reports.tables import Table, group, runs_table, scaling_table, ttt_table
+from decobench.reports.tables import (
+    Table,
+    final_metric_table,
+    group,
+    has_target,
+    runs_table,
+    scaling_table,
+    ttt_table,
+)
 
 TITLE = "decobench report"
 
@@ -158,10 +166,19 @@ def build(rs: RunSet) -> tuple[list[Block], list[Table], list[figs.FigureFile]]:
             blocks.append(FigureBlock(figures[-1]))
 
     blocks.append(Heading(2, "Time to target"))
-    present = [b for b in REFERENCES if any(r.label == b for r in runs)]
-    if not present:
+    targeted = [r for r in runs if has_target(r)]
+    present = [b for b in REFERENCES if any(r.label == b for r in targeted)]
+    if targeted and not present:
         blocks.append(Para(f"No {', '.join(REFERENCES)} run here: no speed-up columns."))
-    add_table(ttt_table(runs))
+    if targeted:
+        add_table(ttt_table(targeted))
+    untargeted = [r for r in runs if not has_target(r)]
+    if untargeted:
+        blocks.append(Para(f"{len(untargeted)} run(s) without a target (--target): no time "
+                           "to target or speed-up is defined for them; their final metric:"
+                           if targeted else "No run has a target (--target): time to target "
+                           "and speed-ups need one. The final metric of each label:"))
+        add_table(final_metric_table(untargeted))
     extreme = extreme_cells(runs)
     if extreme:
         blocks.append(Para("Extreme conditions (D-SGD below 1% of its compute-bound "

@@ -179,11 +179,23 @@ def _read_metrics(path: Path) -> tuple[dict[str, Any], ...]:
     return tuple(rows)
 
 
+REQUIRED_SUMMARY = ("task", "method", "workers", "seed", "target", "metric_name", "reached",
+                    "time_to_target_s", "iters_to_target", "final_metric", "iterations",
+                    "sim_time_s", "bits_sent", "status")
+"""Fields every ``summary.json`` has (interfaces.md "A run's directory"); a summary without
+them is not a run the report can show."""
+
+
 def load_run(path: Path, root: Path) -> Run:
     """The run in ``path`` (which holds a ``summary.json``); ``rel`` is relative to root."""
     summary = _read_json(path / SUMMARY)
     if not isinstance(summary, dict):
         raise DecobenchError(f"{path / SUMMARY}: not a JSON object")
+    missing = [key for key in REQUIRED_SUMMARY if key not in summary]
+    if missing:
+        raise DecobenchError(f"{path / SUMMARY} is not a run's summary: it lacks "
+                             f"{', '.join(missing)}; rerun the run (or move the folder out "
+                             "of the results folder)")
     config: dict[str, Any] = {}
     if (path / CONFIG).is_file():
         try:

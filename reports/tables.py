@@ -182,10 +182,48 @@ def ttt_table(runs: Sequence[Run]) -> Table:
                 row[f"speedup_over_{b}"] = row[f"speedup_over_{b}_kind"] = None
                 continue
             s = speedup_of(st["median"], base)
-            row[f"speed-up over {b}"] = str(s)
+            low = s.lower_bound and s.value is not None and s.value < 1
+            row[f"speed-up over {b}"] = str(s) + (" †" if low else "")
             row[f"speedup_over_{b}"], row[f"speedup_over_{b}_kind"] = s.value, s.kind
         rows.append(row)
+    footnote = ("† A lower bound below 1x: the reference never reached the target, so its "
+                "time to target is only known to exceed the time it ran; the bound says this "
+                "label needed longer than the reference ran, not that it is slower. ")
+    note = footnote if any("†" in str(v) for row in rows for v in row.values()) else ""
     return Table("time_to_target", "Time to target", columns, tuple(rows), extra,
+                 group_by=("task", "condition", "workers"), note=note.strip())
+
+
+def has_target(run: Run) -> bool:
+    return run.summary.get("target") is not None
+
+
+def final_metric_table(runs: Sequence[Run]) -> Table:
+    """Runs without a target: their final metric per (task, condition, workers, label)
+    (no time-to-target columns, which would all say "not reached")."""
+    rows = []
+    for (task, condition, workers, label), rs in group(
+            runs, lambda r: (*cell_key(r), r.label)).items():
+        finals = [Obs(v) for v in (as_float(r.summary.get("final_metric")) for r in rs)
+                  if v is not None]
+        final = median(finals).value if finals else None
+        share = median_compute_share(rs)
+        rows.append({
+            "task": task, "condition": condition, "workers": str(workers), "label": label,
+            "seeds run": str(len(rs)), "metric": _joined(r.metric_name for r in rs),
+            "median final metric": "n/a" if final is None else f"{final:.4f}",
+            "range": range_text(finals) if finals else "n/a",
+            "median time (s)": f"{median([Obs(r.sim_time_s) for r in rs]).value:.2f}",
+            "median iterations": f"{median([Obs(float(r.summary.get('iterations') or 0)) for r in rs]).value:g}",
+            "compute share": _share_text(share),
+            "status": _joined(status_text(r) for r in rs),
+            "method": _joined(r.method for r in rs), "median_final_metric": final,
+            "median_compute_share": share})
+    return Table("final_metric", "Final metric (runs without a target)",
+                 ("task", "condition", "workers", "label", "seeds run", "metric",
+                  "median final metric", "range", "median time (s)", "median iterations",
+                  "compute share", "status"), tuple(rows),
+                 ("method", "median_final_metric", "median_compute_share"),
                  group_by=("task", "condition", "workers"))
 
 
@@ -226,18 +264,24 @@ def _num(value: Any, fmt: str) -> str:
 
 
 def runs_table(runs: Sequence[Run]) -> Table:
-    """Every run, with its status (divergence and budget exhaustion shown, never hidden)."""
+    """Every run, with its status (divergence and budget exhaustion shown, never hidden);
+    the target columns only when some run has a target ("no target" in a row without)."""
     rows = []
     for r in runs:
         ttt = as_float(r.summary.get("time_to_target_s"))
+        if not has_target(r):
+            reached = shown_ttt = to_target = "no target"
+        else:
+            reached = "yes" if r.reached else "no"
+            shown_ttt = (f"{ttt:.2f}" if r.reached and ttt is not None
+                         else f"> {r.sim_time_s:.2f} (not reached)")
+            to_target = str(r.summary.get("iters_to_target") or "-")
         rows.append({
             "task": r.task, "condition": r.condition, "workers": str(r.workers),
             "label": r.label, "seed": str(r.seed), "status": status_text(r),
-            "reached": "yes" if r.reached else "no",
-            "TTT (s)": f"{ttt:.2f}" if r.reached and ttt is not None
-            else f"> {r.sim_time_s:.2f} (not reached)",
+            "reached": reached, "TTT (s)": shown_ttt,
             "iterations": str(r.summary.get("iterations")),
-            "iterations to target": str(r.summary.get("iters_to_target") or "-"),
+            "iterations to target": to_target,
             "final metric": _num(r.summary.get("final_metric"), "{:.4f}"),
             "bits sent / worker": _num(r.summary.get("bits_sent"), "{:.4g}"),
             "bubble fraction": _num(r.summary.get("bubble_fraction"), "{:.3f}"),
@@ -248,9 +292,11 @@ def runs_table(runs: Sequence[Run]) -> Table:
             "final_metric": as_float(r.summary.get("final_metric")),
             "bits_sent": r.summary.get("bits_sent"),
             "bubble_fraction": as_float(r.summary.get("bubble_fraction"))})
+    target_columns = (("reached", "TTT (s)") if any(has_target(r) for r in runs) else ())
     return Table("runs", "Every run",
-                 ("task", "condition", "workers", "label", "seed", "status", "reached",
-                  "TTT (s)", "iterations", "iterations to target", "final metric",
-                  "bits sent / worker", "bubble fraction", "run dir"), tuple(rows),
+                 ("task", "condition", "workers", "label", "seed", "status", *target_columns,
+                  "iterations", *(("iterations to target",) if target_columns else ()),
+                  "final metric", "bits sent / worker", "bubble fraction", "run dir"),
+                 tuple(rows),
                  ("method", "status_code", "diverged_at_iteration", "time_to_target_s",
                   "sim_time_s", "final_metric", "bits_sent", "bubble_fraction"))

@@ -21,7 +21,7 @@ def write_run(root: Path, name: str, *, method: str = "d-sgd", label: str | None
               ttt: float | None = None, sim: float = 100.0, iterations: int = 40,
               seed: int = 0, workers: int = 4, condition: str = "wan", task: str = "cnn-fmnist",
               diverged_at: int | None = None, method_options: dict | None = None,
-              target: float = 0.5, first_plan: tuple[float, int] | None = None) -> Path:
+              target: float | None = 0.5, first_plan: tuple[float, int] | None = None) -> Path:
     """A run that reaches ``target`` at its last iteration at time ``ttt`` (None: it runs to
     ``sim`` seconds without reaching it, or diverges at ``diverged_at``)."""
     path = root / name
@@ -38,7 +38,8 @@ def write_run(root: Path, name: str, *, method: str = "d-sgd", label: str | None
             row |= {"delta": first_plan[0], "tau": first_plan[1], "plan_phi": 7.0}
         if k % EVAL_EVERY == 0:
             share = k / iterations
-            metric = target * share if ttt is not None else 0.9 * target * share
+            goal = 0.5 if target is None else target      # target None: a run without one
+            metric = goal * share if ttt is not None else 0.9 * goal * share
             row |= {"metric": metric, "metric_name": "accuracy", "metric_time_s": k * dt + 0.5}
             if ttt is not None and k == iterations:
                 row |= {"metric_time_s": ttt, "target_reached": True}
@@ -109,7 +110,9 @@ def test_time_to_target_table(tmp_path):
     # method median gives no speed-up
     assert deco["speed-up over d-sgd"] == "4.00x"
     assert deco["speed-up over cocktail-sgd"] == ">= 2.40x"
-    assert d["speed-up over cocktail-sgd"] == ">= 0.60x"
+    assert d["speed-up over cocktail-sgd"] == ">= 0.60x †"       # a bound below 1x: footnoted
+    assert "† A lower bound below 1x: the reference never reached" in \
+        out.markdown.read_text()
     assert c["speed-up over d-sgd"] == "n/a (not reached)"
     assert (deco["speedup_over_cocktail-sgd"], deco["speedup_over_cocktail-sgd_kind"]) == (
         2.4, "lower_bound")
@@ -251,3 +254,37 @@ def test_latex_escapes():
     assert latex_escape("a_b & 50% >= 2 [x]") == (
         r"a\_b \& 50\% $\geq$ 2 {[}x{]}")
     assert latex_escape("δ τ > 1") == r"$\delta$ $\tau$ \textgreater{} 1"
+
+
+def test_runs_without_a_target_get_their_final_metric_not_empty_target_columns(tmp_path):
+    """No target: no time-to-target table and no target columns, never 'None' cells; a mix
+    keeps the targeted runs' table and lists the others by their final metric."""
+    for seed in (0, 1):
+        write_run(tmp_path / "none", f"d-{seed}", seed=seed, target=None, sim=80.0 + seed)
+        write_run(tmp_path / "none", f"deco-{seed}", method="deco-sgd", seed=seed, target=None)
+    out = write_report(tmp_path / "none")
+    text = out.markdown.read_text()
+    assert "time_to_target" not in out.rows and "final_metric" in out.rows
+    section = text.split("## Time to target")[1].split("## Time to accuracy")[0]
+    assert "None" not in text and "not reached" not in section
+    assert "No run has a target (--target)" in text
+    d = _row(out.rows["final_metric"], "d-sgd")
+    assert (d["seeds run"], d["median time (s)"], d["median iterations"]) == ("2", "80.50", "40")
+    runs_columns = out.csv["runs"].read_text().splitlines()[0].split(",")
+    assert "reached" not in runs_columns and "TTT (s)" not in runs_columns
+
+    write_run(tmp_path / "mixed", "d", ttt=50.0)
+    write_run(tmp_path / "mixed", "free", method="deco-sgd", target=None)
+    mixed = write_report(tmp_path / "mixed")
+    assert [r["label"] for r in mixed.rows["time_to_target"]] == ["d-sgd"]
+    assert [r["label"] for r in mixed.rows["final_metric"]] == ["deco-sgd"]
+    runs = {r["run dir"]: r for r in mixed.rows["runs"]}
+    assert runs["free"]["TTT (s)"] == runs["free"]["reached"] == "no target"
+
+
+def test_a_summary_without_the_run_fields_is_named(tmp_path):
+    path = write_run(tmp_path, "broken")
+    (path / "summary.json").write_text("{}")
+    with pytest.raises(DecobenchError, match=r"broken/summary.json is not a run's summary: it "
+                                             r"lacks task, method"):
+        write_report(tmp_path)
