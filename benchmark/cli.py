@@ -31,7 +31,8 @@ examples:
 Each method's card (paper, what it sends, knobs, this project's decisions) is
 docs/methods/METHOD.md.
 
-The run directory (--out) receives config.yaml, metrics.jsonl and summary.json.
+The run directory (--out) receives config.yaml, metrics.jsonl and summary.json, and,
+while a simulated run trains, checkpoint.pt (for --resume; removed when it finishes).
 """
 
 
@@ -332,7 +333,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_output_dir(run.out, "--out")
     backend = get_backend(config.backend)
     backend.check(run)
+    if args.resume and args.overwrite:
+        raise DecobenchError("--resume continues a run and --overwrite starts it over: give "
+                             "one of them")
+    if args.resume and config.backend != "simulated":
+        raise DecobenchError(f"--resume: the {config.backend} backend has no checkpoints yet; "
+                             "run without --resume to start over")
+    extra = {"resume": True} if args.resume else {}
     summary = backend.run(run, overwrite=args.overwrite, show_progress=not args.no_progress,
+                          **extra,
                           wandb=not args.no_wandb)
     ttt = summary["time_to_target_s"]
     shown = "not reached" if ttt is None else f"{ttt:.2f} s (iteration {summary['iters_to_target']})"

@@ -60,6 +60,12 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--out", default=S, metavar="DIR",
                    help="run directory (default runs/TASK__METHOD__TRACE__nN__sSEED)")
     g.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    g.add_argument("--resume", action="store_true", help="continue the interrupted run in "
+                   "--out from its checkpoint (same flags as the interrupted run; simulated "
+                   "backend); the result equals an uninterrupted run's")
+    g.add_argument("--checkpoint-every-s", type=float, default=S, metavar="SECONDS",
+                   help="wall-clock seconds between checkpoints of the whole training "
+                   "state (default 300; simulated backend)")
     g.add_argument("--backend", default=S, metavar="NAME",
                    help="where the run trains (a registered backend): simulated = n workers "
                    "in one process on the simulated clock (default); emulated = n worker "
@@ -196,7 +202,7 @@ def run_values(args: argparse.Namespace) -> dict[str, Any]:
     for name in list(values):
         if name in option_names:
             options[name] = values.pop(name)
-    skip = {"func", "command", "config", "overwrite", "no_progress", "no_wandb"}
+    skip = {"func", "command", "config", "overwrite", "resume", "no_progress", "no_wandb"}
     for key, value in vars(args).items():
         if key.startswith("method_option__"):
             options[key.removeprefix("method_option__")] = value

@@ -167,11 +167,14 @@ def record_evaluation(outcome: Outcome, book: TargetBook, target: float | None,
 
 def train(run: Any, data: TaskData, transport: Transport, evaluations: EvaluationSchedule,
           book: TargetBook, log: Callable[[dict[str, Any]], None], *, wall_start: float,
-          show_progress: bool, begin: Callable[[int], None] | None = None) -> Trained:
+          show_progress: bool, begin: Callable[[int], None] | None = None,
+          checkpoint: Any = None, resume: dict[str, Any] | None = None) -> Trained:
     """Build the model, method and batches from the seed and train once over ``transport``.
 
     ``run`` is a :class:`decobench.runner.PreparedRun`; ``log`` receives the leader's
     metrics rows; ``begin(d)`` is called once the model exists, before training.
+    ``checkpoint`` (a :class:`decobench.checkpoint.Checkpointer`, simulated transport)
+    saves the whole state when due; ``resume``: a saved state to continue from.
     """
     config, task = run.config, run.task
     n = config.workers
@@ -208,8 +211,17 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
         return task.evaluate(lambda inputs: gradients.forward(eval_params, inputs), data)
 
     transport.start(layout.d)
+    first = 0
+    if resume is not None:                 # continue after the checkpointed iteration
+        params.copy_(resume["params"])
+        method, batches = resume["method"], resume["batches"]
+        outcome, book, metrics_at = resume["outcome"], resume["book"], resume["metrics_at"]
+        transport.load_state_dict(resume["transport"])
+        gradients.module.load_state_dict(resume["model"])
+        torch.set_rng_state(resume["rng"])
+        first = resume["iteration"]
     with progress:
-        for k in range(run.max_iters):
+        for k in range(first, run.max_iters):
             for observation in transport.observations(k):
                 method.observe(observation)
             batch = batches.next()[rows]
@@ -273,6 +285,13 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
                 outcome.status = ("finished" if config.target is None or outcome.reached
                                   else "budget_exhausted")
                 break
+            if checkpoint is not None and checkpoint.due():
+                assert not rows_out.pending, "a checkpoint needs every row written"
+                checkpoint.save({
+                    "iteration": k + 1, "params": params, "method": method,
+                    "batches": batches, "outcome": outcome, "book": book,
+                    "metrics_at": metrics_at, "transport": transport.state_dict(),
+                    "model": gradients.module.state_dict(), "rng": torch.get_rng_state()})
     transport.finish()
     if leader:
         rows_out.known(transport.losses())

@@ -22,6 +22,7 @@ from decobench.errors import DecobenchError
 CONFIG, METRICS, SUMMARY = "config.yaml", "metrics.jsonl", "summary.json"
 PARTIAL_SUFFIX = ".partial"
 RUN_FILES = frozenset({CONFIG, METRICS, METRICS + PARTIAL_SUFFIX, "trace.csv", "wandb",
+                       "checkpoint.pt",
                        "failure.json", "network_probe.json", "tc_commands.txt",
                        "trace_player.jsonl"})
 """Names a run directory may hold before its summary is written: a folder holding only
@@ -49,7 +50,8 @@ class RunDirectory:
             raise DecobenchError(f"--out {self.path} is a file, not a folder: choose another "
                                  "--out")
         if self.path.exists() and any(self.path.iterdir()):
-            names = {entry.name for entry in self.path.iterdir()}
+            names = {entry.name for entry in self.path.iterdir()
+                     if not (entry.name.startswith(".") and entry.name.endswith(".tmp"))}
             unfinished = names <= RUN_FILES                 # an interrupted or failed run
             if not (overwrite or unfinished):
                 raise DecobenchError(f"run directory {self.path} already exists and is not "
@@ -66,6 +68,28 @@ class RunDirectory:
         rundir.path = Path(path)
         rundir.path.mkdir(parents=True, exist_ok=True)
         rundir._metrics = None
+        return rundir
+
+    @classmethod
+    def resume(cls, path: str | Path, iteration: int) -> RunDirectory:
+        """Reopen an interrupted run's directory to continue after ``iteration``: its
+        partial metrics keep the rows up to that iteration (later ones, written after the
+        checkpoint, are dropped) and new rows are appended."""
+        rundir = cls.__new__(cls)
+        rundir.path = Path(path)
+        partial = rundir.path / (METRICS + PARTIAL_SUFFIX)
+        kept = []
+        if partial.is_file():
+            for line in partial.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except ValueError:               # a line cut by the interruption
+                    break
+                if row.get("iteration", 0) > iteration:
+                    break
+                kept.append(line + "\n")
+        write_text_atomic(partial, "".join(kept))
+        rundir._metrics = open(partial, "a", buffering=1)  # noqa: SIM115
         return rundir
 
     def write_config(self, config: dict[str, Any]) -> None:

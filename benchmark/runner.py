@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import platform
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from pydantic import ValidationError
 
 from decobench import __version__
 from decobench.backends import Backend, get_backend
+from decobench.checkpoint import CHECKPOINT, Checkpointer, fingerprint, load_checkpoint
 from decobench.config import RunConfig, format_validation_error
 from decobench.errors import DecobenchError
 from decobench.evaluation import (
@@ -242,7 +244,8 @@ def load_task_data(run: PreparedRun) -> TaskData:
 
 
 def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = True,
-            tracker_factory: TrackerFactory | None = None) -> dict[str, Any]:
+            tracker_factory: TrackerFactory | None = None,
+            resume: bool = False) -> dict[str, Any]:
     """Train and write the run directory; returns the summary.
 
     ``tracker_factory(resolved_config, run_dir)`` opens a :class:`RunTracker` (e.g. W&B)
@@ -263,7 +266,15 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
                              "runs through decobench.emulated.launcher.launch")
     data = load_task_data(run)
     check_batch_size(data.num_train, config.workers, run.batch_size)
-    rundir = RunDirectory(run.out, overwrite=overwrite)   # nothing written before this line
+    checkpoint = Checkpointer(run.out / CHECKPOINT, config.checkpoint_every_s,
+                              fingerprint(config))
+    state = load_checkpoint(checkpoint.path, checkpoint.fingerprint) if resume else None
+    # nothing is written before this line
+    rundir = (RunDirectory.resume(run.out, state["iteration"]) if state is not None
+              else RunDirectory(run.out, overwrite=overwrite))
+    if state is not None:
+        print(f"resuming {run.out} after iteration {state['iteration']} (its checkpoint)",
+              file=sys.stderr)
     tracker: RunTracker = NullTracker()
     wall_start = time.perf_counter()
     first_pass: list[_Pass] = []
@@ -284,8 +295,10 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
 
     evaluations, _ = evaluation_plan(run)
     try:
-        rundir.open_metrics()
-        first = _train_pass(run, data, evaluations, log, wall_start, show_progress, begin)
+        if state is None:
+            rundir.open_metrics()
+        first = _train_pass(run, data, evaluations, log, wall_start, show_progress, begin,
+                            checkpoint=checkpoint, resume=state)
         first_pass.append(first)
         result, refined = first, []
         windows = refine_windows(first.book, config.fine_eval_every)
@@ -308,6 +321,7 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
     summary["refined_targets"] = refined
     tracker.finish(summary)
     rundir.write_summary(summary)
+    checkpoint.remove()
     return summary
 
 
@@ -339,7 +353,9 @@ def _check_replay(first: _Pass, replay: _Pass) -> None:
 
 
 def _train_pass(run: PreparedRun, data: TaskData, evaluations: EvaluationSchedule,
-                log: Any, wall_start: float, show_progress: bool, begin: Any) -> _Pass:
+                log: Any, wall_start: float, show_progress: bool, begin: Any,
+                checkpoint: Checkpointer | None = None,
+                resume: dict[str, Any] | None = None) -> _Pass:
     """Build the model, method and clock from the seed and train once (one pass)."""
     config = run.config
 
@@ -352,7 +368,8 @@ def _train_pass(run: PreparedRun, data: TaskData, evaluations: EvaluationSchedul
     _, book = evaluation_plan(run)
     trained = train(run, data, transport, evaluations, book, log, wall_start=wall_start,
                     show_progress=show_progress,
-                    begin=None if begin is None else (lambda d: begin(d, trace_for(d))))
+                    begin=None if begin is None else (lambda d: begin(d, trace_for(d))),
+                    checkpoint=checkpoint, resume=resume)
     return _Pass(trained.outcome, trained.book, transport, transport.trace, trained.d,
                  trained.metrics_at)
 
@@ -396,11 +413,11 @@ def summary_fields(run: PreparedRun, outcome: Outcome, d: int, wall_s: float, tr
 
 
 def _run_simulated(run: PreparedRun, *, overwrite: bool = False, show_progress: bool = True,
-                   wandb: bool = True) -> dict[str, Any]:
+                   wandb: bool = True, resume: bool = False) -> dict[str, Any]:
     from decobench.tracking import wandb_tracker_factory
 
     return execute(run, overwrite=overwrite, show_progress=show_progress,
-                   tracker_factory=wandb_tracker_factory(wandb))
+                   tracker_factory=wandb_tracker_factory(wandb), resume=resume)
 
 
 SIMULATED = Backend(

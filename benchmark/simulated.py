@@ -107,6 +107,13 @@ class SimulatedTransport:
     def diverged_at(self) -> int | None:
         return self._diverged_at
 
+    def state_dict(self) -> dict[str, object]:
+        """Everything this transport holds except how it builds its trace (a checkpoint)."""
+        return {k: v for k, v in vars(self).items() if k != "trace_for"}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        vars(self).update(state)
+
     def totals(self) -> dict[str, float]:
         return {"sim_time_s": self.clock.now_s, "bubble_s": self.clock.total_bubble_s,
                 "bubble_fraction": self.clock.bubble_fraction()}

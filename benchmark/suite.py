@@ -51,7 +51,7 @@ from decobench.errors import DecobenchError
 SUITES_DIR = Path(__file__).parent / "suites"
 """Suites shipped with decobench, addressable by name (file stem)."""
 
-IDENTITY_EXCLUDED = ("out", "data_root")
+IDENTITY_EXCLUDED = ("out", "data_root", "checkpoint_every_s")
 """RunConfig fields that do not change what a run computes: left out of its identity."""
 
 

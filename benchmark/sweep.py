@@ -11,13 +11,15 @@ Layout of the results folder ``DIR``::
 A cell's identity is the SHA-256 of its resolved configuration and seed
 (:func:`decobench.suite.identity`); its directory name ends with the first 12 hex digits.
 Ctrl-C (SIGINT) or SIGTERM stops a sweep at once: queued cells are cancelled, the worker
-processes of the cells in flight are killed and their staging folders removed, and
-:class:`SweepInterrupted` says how many runs are finished; rerunning resumes.
-A cell runs in ``runs/.staging-NAME-PID`` and is renamed to ``runs/NAME`` only when it is
+processes of the cells in flight are killed, and :class:`SweepInterrupted` says how many
+runs are finished; rerunning resumes.
+A cell runs in ``runs/.staging-NAME`` and is renamed to ``runs/NAME`` only when it is
 complete, so ``runs/NAME`` exists exactly when the run finished: killing the sweep (or the
-machine) at any moment loses at most the cells in flight, and a rerun skips every finished
-cell and removes the abandoned staging folders. One sweep at a time may use a folder (a lock
-file says so).
+machine) at any moment loses at most the cells in flight since their last checkpoint
+(``checkpoint_every_s``, :mod:`decobench.checkpoint`). A rerun skips every finished cell,
+continues each interrupted cell whose staging folder holds a checkpoint of it, and removes
+the other abandoned staging folders. One sweep at a time may use a folder (a lock file says
+so).
 """
 
 from __future__ import annotations
@@ -131,8 +133,13 @@ def sweep_lock(out: Path) -> Iterator[None]:
 
 
 def remove_abandoned_staging(out: Path) -> list[Path]:
+    """Remove the staging folders of cells an interrupted sweep left unfinished, except
+    those holding a checkpoint (their cell resumes from it, :func:`run_cell`)."""
+    from decobench.checkpoint import CHECKPOINT
+
     runs = out / "runs"
-    stale = sorted(runs.glob(STAGING_PREFIX + "*")) if runs.is_dir() else []
+    stale = [path for path in (sorted(runs.glob(STAGING_PREFIX + "*")) if runs.is_dir()
+                               else []) if not (path / CHECKPOINT).is_file()]
     for path in stale:
         shutil.rmtree(path, ignore_errors=True)
     return stale
@@ -174,14 +181,16 @@ def run_cell(cell: Cell, out: Path, wandb: bool) -> dict[str, Any]:
     worker process, or in the sweep's own process for backends that run one cell at a
     time)."""
     from decobench.backends import get_backend
+    from decobench.checkpoint import CHECKPOINT, fingerprint
     from decobench.runner import prepare
 
     final = run_dir(out, cell)
-    staging = final.parent / f"{STAGING_PREFIX}{cell.name}-{os.getpid()}"
+    staging = final.parent / f"{STAGING_PREFIX}{cell.name}"
     config = cell.config.model_copy(update={"out": str(final)})
     run = replace(prepare(config), out=staging)
-    summary = get_backend(config.backend).run(run, overwrite=True, show_progress=False,
-                                              wandb=wandb)
+    resume = _resumable(staging / CHECKPOINT, fingerprint(config))
+    summary = get_backend(config.backend).run(run, overwrite=not resume, show_progress=False,
+                                              wandb=wandb, **({"resume": True} if resume else {}))
     try:
         os.rename(staging, final)
     except OSError:
@@ -189,6 +198,19 @@ def run_cell(cell: Cell, out: Path, wandb: bool) -> dict[str, Any]:
             raise
         shutil.rmtree(staging, ignore_errors=True)
     return summary
+
+
+def _resumable(path: Path, expected: str) -> bool:
+    """Whether the staging folder of an interrupted cell holds a checkpoint of this cell."""
+    if not path.is_file():
+        return False
+    from decobench.checkpoint import load_checkpoint
+
+    try:
+        load_checkpoint(path, expected)
+    except DecobenchError:
+        return False
+    return True
 
 
 def _record_failure(out: Path, cell: Cell, error: str) -> None:
