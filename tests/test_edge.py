@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from decobench.cli import main
@@ -216,3 +216,39 @@ def test_trace_validate_property_one_line_or_valid(tmp_path, capsys, rows):
         lines = captured.err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and lines[0].startswith("decobench: error: "), \
             captured.err
+
+
+_run_number = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                        st.sampled_from([0.0, -1.0, 1e-300, 1e300, 2.0, 0.01, 0.5]))
+RUN_FLAGS = {"--lr": (0.05, _run_number), "--momentum": (0.9, _run_number),
+             "--compute-time-s": (0.1, _run_number), "--target": (0.5, _run_number),
+             "--batch-size": (16, st.integers(-3, 5000)), "--workers": (2, st.integers(-1, 5000))}
+"""Flag: (a valid value, generated values)."""
+
+
+@given(data=st.data(), changed=st.sets(st.sampled_from(sorted(RUN_FLAGS)), max_size=3))
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_run_property_one_line_or_a_finished_run(tmp_path_factory, fmnist_root, capsys, data,
+                                                  changed):
+    """Run flags (2 iterations), up to three of them generated and the rest valid: exit 0
+    with a complete run directory whose numbers are finite, or exit 2 with one line and
+    nothing written."""
+    out = tmp_path_factory.mktemp("run") / "r"
+    values = {flag: data.draw(strategy, label=flag) if flag in changed else valid
+              for flag, (valid, strategy) in RUN_FLAGS.items()}
+    flags = [item for flag, value in values.items() for item in (flag, repr(value))]
+    code = main([*RUN[:RUN.index("--workers")], "--max-iters", "2", "--eval-every", "2",
+                 "--no-wandb", "--no-progress", "--data-root", str(fmnist_root), "--out",
+                 str(out), *flags])
+    captured = capsys.readouterr()
+    event(f"exit {code}")
+    if code == 0:
+        summary = json.loads((out / "summary.json").read_text())
+        assert math.isfinite(summary["sim_time_s"]) and summary["iterations"] >= 1
+        assert summary["status"] in {"finished", "budget_exhausted", "diverged"}
+    else:
+        lines = captured.err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("decobench: error: "), \
+            captured.err
+        assert not out.exists()
