@@ -6,26 +6,38 @@ interrupted write leaves no temporary file behind.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import tempfile
+from collections.abc import Iterator
+from typing import BinaryIO
 
 
-def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (mode kept if the file exists, else 0644)."""
+@contextlib.contextmanager
+def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """A binary handle whose content replaces ``path`` atomically when the block ends
+    (mode kept if the file exists, else 0644); the temporary file is ``.NAME.*.tmp`` beside
+    it and is removed if the block raises."""
     target = pathlib.Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         os.chmod(tmp, target.stat().st_mode & 0o777 if target.exists() else 0o644)
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
     except BaseException:
         pathlib.Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (:func:`atomic_writer`)."""
+    with atomic_writer(path) as handle:
+        handle.write(data)
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:

@@ -8,17 +8,14 @@ transport's state (the event clock and the observations in flight), the data ord
 (:class:`~decobench.sharding.ShardedBatches`), the outcome and target book so far, the
 torch RNG state and the model's buffers. It is pickled with :func:`torch.save` into
 ``checkpoint.pt`` beside the metrics (a temporary file renamed over the old one), with a
-fingerprint of the run's configuration; a checkpoint from another configuration is refused.
+the run's identity (:func:`decobench.suite.identity`, as a sweep names its cells); a
+checkpoint of another configuration is refused.
 The metrics rows written after the checkpoint are dropped on resume (the resumed run writes
 them again).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,23 +23,17 @@ from typing import Any
 
 import torch
 
-from decobench.config import RunConfig
+from decobench.atomicio import atomic_writer
 from decobench.errors import DecobenchError
+from decobench.rundir import SUMMARY
 
 CHECKPOINT = "checkpoint.pt"
-NOT_COMPUTATION = {"out", "data_root", "checkpoint_every_s"}
-"""Run-config fields a checkpoint may differ in (where files go, how often to save)."""
-
-
-def fingerprint(config: RunConfig) -> str:
-    """SHA-256 of the configuration fields that decide what a run computes."""
-    values = config.model_dump(mode="json", exclude=NOT_COMPUTATION)
-    return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()
 
 
 @dataclass
 class Checkpointer:
-    """Saves the state every ``every_s`` seconds of wall time (never when None)."""
+    """Saves the state every ``every_s`` seconds of wall time (never when None), with
+    ``fingerprint``, the run's identity."""
 
     path: Path
     every_s: float | None
@@ -54,22 +45,13 @@ class Checkpointer:
 
     def save(self, state: dict[str, Any]) -> None:
         """Write ``state`` atomically (the previous checkpoint stays until the rename)."""
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp",
-                                   dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                torch.save({**state, "fingerprint": self.fingerprint}, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_writer(self.path) as handle:
+            torch.save({**state, "fingerprint": self.fingerprint}, handle)
         self._last = time.monotonic()
 
     def remove(self) -> None:
         """Delete the checkpoint (the run finished) and any temporary file a killed save
-        left behind."""
+        left behind (:func:`~decobench.atomicio.atomic_writer`'s ``.NAME.*.tmp``)."""
         self.path.unlink(missing_ok=True)
         for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):
             stale.unlink(missing_ok=True)
@@ -78,7 +60,7 @@ class Checkpointer:
 def load_checkpoint(path: Path, expected: str) -> dict[str, Any]:
     """The state saved at ``path``; one-line errors when there is none or it belongs to
     another configuration."""
-    if (path.parent / "summary.json").is_file():
+    if (path.parent / SUMMARY).is_file():
         raise DecobenchError(f"--resume: {path.parent} holds a finished run; nothing to "
                              "resume (pass --overwrite to run it again)")
     if not path.is_file():

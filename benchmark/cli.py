@@ -299,12 +299,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = check_output_dir(Path(args.out) if args.out else Path("results") / suite.name,
                            "--out")
     tasks = sorted({task for experiment in suite.experiments for task in experiment.tasks})
-    unknown = sorted(set(_parse_data_roots(args.data_root)) - set(tasks))
+    data_roots = _parse_data_roots(args.data_root)
+    unknown = sorted(set(data_roots) - set(tasks))
     if unknown:
         raise DecobenchError(f"--data-root names {', '.join(unknown)}, which suite "
                              f"{suite.name} does not run (its tasks: {', '.join(tasks)})")
     try:
-        plan = sweep(suite, out, jobs=args.jobs, data_roots=_parse_data_roots(args.data_root),
+        plan = sweep(suite, out, jobs=args.jobs, data_roots=data_roots,
                      wandb=not args.no_wandb, show_progress=not args.no_progress,
                      dry_run=args.dry_run, backend=args.backend)
     except SweepInterrupted as stop:
@@ -326,6 +327,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from decobench.config import build_run_config
 
     config = build_run_config(run_values(args))     # flag values: no task imported yet
+    if args.resume and args.overwrite:
+        raise DecobenchError("--resume continues a run and --overwrite starts it over: give "
+                             "one of them")
+    if args.resume and config.backend != "simulated":
+        raise DecobenchError(f"--resume: the {config.backend} backend has no checkpoints yet; "
+                             "run without --resume to start over")
     from decobench.backends import get_backend
     from decobench.runner import prepare
 
@@ -333,16 +340,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_output_dir(run.out, "--out")
     backend = get_backend(config.backend)
     backend.check(run)
-    if args.resume and args.overwrite:
-        raise DecobenchError("--resume continues a run and --overwrite starts it over: give "
-                             "one of them")
-    if args.resume and config.backend != "simulated":
-        raise DecobenchError(f"--resume: the {config.backend} backend has no checkpoints yet; "
-                             "run without --resume to start over")
     extra = {"resume": True} if args.resume else {}
     summary = backend.run(run, overwrite=args.overwrite, show_progress=not args.no_progress,
-                          **extra,
-                          wandb=not args.no_wandb)
+                          wandb=not args.no_wandb, **extra)
     ttt = summary["time_to_target_s"]
     shown = "not reached" if ttt is None else f"{ttt:.2f} s (iteration {summary['iters_to_target']})"
     clock = "simulated" if summary.get("time_basis", "simulated") == "simulated" else "measured"
@@ -447,29 +447,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _interrupt)     # SIGTERM stops like Ctrl-C
     try:
         return int(args.func(args) or 0)
-    except DecobenchError as exc:
-        if debug:
-            raise
-        print(f"decobench: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:                   # a path the edge could not foresee (a full disk)
-        if debug:
-            raise
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"decobench: error: {where}{exc.strerror or exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("decobench: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:                 # a bug: one line, the traceback with --debug
+    except Exception as exc:
         if debug:
             raise
-        first = (str(exc).strip().splitlines() or [""])[0]
-        print(f"decobench: internal error: {type(exc).__name__}: {first} (rerun with --debug "
-              "for the traceback, and please report it)", file=sys.stderr)
-        return 1
+        line, status = _error_line(exc)
+        print(line, file=sys.stderr)
+        return status
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _error_line(exc: Exception) -> tuple[str, int]:
+    """The one line an error ends with, and the exit status: bad input (a DecobenchError,
+    or an OSError on a path the edge could not foresee, e.g. a full disk) is 2; anything
+    else is a bug, 1, with the hint to rerun with --debug for the traceback."""
+    if isinstance(exc, DecobenchError):
+        return f"decobench: error: {exc}", 2
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"decobench: error: {where}{exc.strerror or exc}", 2
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return (f"decobench: internal error: {type(exc).__name__}: {first} (rerun with --debug "
+            "for the traceback, and please report it)"), 1
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from decobench.atomicio import write_text_atomic
+from decobench.atomicio import check_output_dir, write_text_atomic
 from decobench.errors import DecobenchError
 
 CONFIG, METRICS, SUMMARY = "config.yaml", "metrics.jsonl", "summary.json"
@@ -46,9 +46,7 @@ class RunDirectory:
 
     def __init__(self, path: str | Path, overwrite: bool = False) -> None:
         self.path = Path(path)
-        if self.path.exists() and not self.path.is_dir():
-            raise DecobenchError(f"--out {self.path} is a file, not a folder: choose another "
-                                 "--out")
+        check_output_dir(self.path, "--out")
         if self.path.exists() and any(self.path.iterdir()):
             names = {entry.name for entry in self.path.iterdir()
                      if not (entry.name.startswith(".") and entry.name.endswith(".tmp"))}

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from decobench import __version__
 from decobench.backends import Backend, get_backend
-from decobench.checkpoint import CHECKPOINT, Checkpointer, fingerprint, load_checkpoint
+from decobench.checkpoint import CHECKPOINT, Checkpointer, load_checkpoint
 from decobench.config import RunConfig, format_validation_error
 from decobench.errors import DecobenchError
 from decobench.evaluation import (
@@ -42,6 +42,7 @@ from decobench.replay import load_schedule
 from decobench.rundir import RunDirectory
 from decobench.sharding import check_batch_size
 from decobench.simulated import SimulatedTransport
+from decobench.suite import identity
 from decobench.tasks import Task, TaskData, TaskProfile, get_task
 from decobench.tasks.base import parameter_count
 from decobench.tracking import NullTracker, RunTracker, TrackerFactory
@@ -267,7 +268,7 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
     data = load_task_data(run)
     check_batch_size(data.num_train, config.workers, run.batch_size)
     checkpoint = Checkpointer(run.out / CHECKPOINT, config.checkpoint_every_s,
-                              fingerprint(config))
+                              identity(config))
     state = load_checkpoint(checkpoint.path, checkpoint.fingerprint) if resume else None
     # nothing is written before this line
     rundir = (RunDirectory.resume(run.out, state["iteration"]) if state is not None

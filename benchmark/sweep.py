@@ -181,14 +181,14 @@ def run_cell(cell: Cell, out: Path, wandb: bool) -> dict[str, Any]:
     worker process, or in the sweep's own process for backends that run one cell at a
     time)."""
     from decobench.backends import get_backend
-    from decobench.checkpoint import CHECKPOINT, fingerprint
+    from decobench.checkpoint import CHECKPOINT
     from decobench.runner import prepare
 
     final = run_dir(out, cell)
     staging = final.parent / f"{STAGING_PREFIX}{cell.name}"
     config = cell.config.model_copy(update={"out": str(final)})
     run = replace(prepare(config), out=staging)
-    resume = _resumable(staging / CHECKPOINT, fingerprint(config))
+    resume = _resumable(staging / CHECKPOINT, cell.identity)
     summary = get_backend(config.backend).run(run, overwrite=not resume, show_progress=False,
                                               wandb=wandb, **({"resume": True} if resume else {}))
     try:
