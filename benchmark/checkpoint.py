@@ -1,6 +1,7 @@
-"""Checkpoints of a simulated run: its whole training state, written atomically every few
-minutes of wall time, so that ``decobench run --resume`` continues an interrupted run
-instead of restarting it and ends with the same metrics as an uninterrupted run.
+"""Checkpoints of a run: its whole training state, written atomically every few minutes of
+wall time, so that ``decobench run --resume`` continues an interrupted run instead of
+restarting it and ends with the same metrics as an uninterrupted run (simulated backend;
+on the emulated backend the same trajectory, with measured times).
 
 The state is everything the next iteration reads: the flat parameters, the method object
 whole (error-feedback memories, messages in flight, controller and estimators), the
@@ -12,10 +13,17 @@ the run's identity (:func:`decobench.suite.identity`, as a sweep names its cells
 checkpoint of another configuration is refused.
 The metrics rows written after the checkpoint are dropped on resume (the resumed run writes
 them again).
+
+An emulated run keeps one file per rank and checkpoint, ``checkpoints/rankR-ITERATION.pt``
+(:class:`RankCheckpointer`): the ranks agree on the iteration to save through their
+messages' headers (:mod:`decobench.emulated.transport`), a rank deletes its older files only
+once every rank has reported a newer one, and on resume the ranks restore the newest
+iteration all of them hold (:func:`common_iteration`).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,13 +75,113 @@ def load_checkpoint(path: Path, expected: str) -> dict[str, Any]:
         raise DecobenchError(f"--resume: no checkpoint in {path.parent} (a run writes "
                              f"{CHECKPOINT} every --checkpoint-every-s seconds); run without "
                              "--resume to start it over")
+    return _load(path, expected, "the checkpoint")
+
+
+RANK_CHECKPOINTS = "checkpoints"
+"""The folder of an emulated run's per-rank checkpoints, inside its run directory."""
+_RANK_FILE = re.compile(r"rank(\d+)-(\d+)\.pt")
+
+
+@dataclass
+class RankCheckpointer:
+    """One emulated rank's checkpoints: ``folder/rankR-ITERATION.pt``.
+
+    The leader's :meth:`due` (every ``every_s`` seconds of wall time) asks the ranks to save;
+    they save at the iteration they agree on (:meth:`save`), report the newest iteration
+    saved in their headers (:attr:`latest`), and :meth:`prune` files older than the newest
+    iteration every rank has reported, so the ranks always share at least one iteration.
+    """
+
+    folder: Path
+    rank: int
+    every_s: float | None
+    fingerprint: str
+    latest: int | None = None
+    _last: float = field(default_factory=time.monotonic)
+
+    def due(self) -> bool:
+        return self.every_s is not None and time.monotonic() - self._last >= self.every_s
+
+    def path(self, iteration: int) -> Path:
+        return self.folder / f"rank{self.rank}-{iteration:09d}.pt"
+
+    def save(self, state: dict[str, Any]) -> None:
+        iteration = int(state["iteration"])
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with atomic_writer(self.path(iteration)) as handle:
+            torch.save({**state, "fingerprint": self.fingerprint, "rank": self.rank}, handle)
+        self.latest = iteration
+        self._last = time.monotonic()
+
+    def iterations(self) -> list[int]:
+        """The iterations this rank holds a checkpoint of, in increasing order."""
+        return sorted(it for rank, it in _rank_files(self.folder) if rank == self.rank)
+
+    def prune(self, committed: int) -> None:
+        """Delete this rank's checkpoints older than ``committed`` (every rank has saved it)."""
+        for iteration in self.iterations():
+            if iteration < committed:
+                self.path(iteration).unlink(missing_ok=True)
+
+    def discard_after(self, iteration: int) -> None:
+        """Delete this rank's checkpoints newer than ``iteration`` (the ranks resumed from
+        it; a newer file of the interrupted attempt would be mixed with the new attempt's)."""
+        for newer in self.iterations():
+            if newer > iteration:
+                self.path(newer).unlink(missing_ok=True)
+
+    def load(self, iteration: int, device: torch.device | str = "cpu") -> dict[str, Any]:
+        """This rank's state at ``iteration`` (tensors on ``device``), checked against the
+        run's identity."""
+        return _load(self.path(iteration), self.fingerprint, "this rank's checkpoint", device)
+
+    def remove(self) -> None:
+        """Delete this rank's checkpoints and temporary files (the run finished)."""
+        for iteration in self.iterations():
+            self.path(iteration).unlink(missing_ok=True)
+        for stale in self.folder.glob(f".rank{self.rank}-*.tmp"):
+            stale.unlink(missing_ok=True)
+
+
+def _rank_files(folder: Path) -> list[tuple[int, int]]:
+    if not folder.is_dir():
+        return []
+    found = []
+    for entry in folder.iterdir():
+        match = _RANK_FILE.fullmatch(entry.name)
+        if match:
+            found.append((int(match[1]), int(match[2])))
+    return found
+
+
+def has_rank_checkpoints(run_dir: Path) -> bool:
+    """Whether an emulated run's directory holds per-rank checkpoints."""
+    return bool(_rank_files(run_dir / RANK_CHECKPOINTS))
+
+
+def common_iteration(held: list[list[int]], where: Path) -> int:
+    """The newest iteration every rank holds a checkpoint of (``held[r]``: rank r's)."""
+    common = set(held[0]).intersection(*map(set, held[1:])) if held else set()
+    if not common:
+        missing = [r for r, its in enumerate(held) if not its]
+        detail = (f"rank(s) {', '.join(map(str, missing))} hold none" if missing
+                  else "the ranks hold no iteration in common")
+        raise DecobenchError(f"--resume: no checkpoint every rank can restore in "
+                             f"{where / RANK_CHECKPOINTS} ({detail}); run without --resume to "
+                             "start over")
+    return max(common)
+
+
+def _load(path: Path, expected: str, what: str,
+          device: torch.device | str = "cpu") -> dict[str, Any]:
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location=device, weights_only=False)
     except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file
         raise DecobenchError(f"--resume: {path} cannot be read ({exc}); run without "
                              "--resume to start over") from exc
-    if state.get("fingerprint") != expected:
-        raise DecobenchError(f"--resume: the checkpoint in {path.parent} was made by a "
-                             "different configuration; give the same flags as the "
-                             "interrupted run, or run without --resume to start over")
+    if not isinstance(state, dict) or state.get("fingerprint") != expected:
+        raise DecobenchError(f"--resume: {what} in {path.parent} was made by a different "
+                             "configuration; give the same flags as the interrupted run, or "
+                             "run without --resume to start over")
     return state

@@ -32,7 +32,8 @@ Each method's card (paper, what it sends, knobs, this project's decisions) is
 docs/methods/METHOD.md.
 
 The run directory (--out) receives config.yaml, metrics.jsonl and summary.json, and,
-while a simulated run trains, checkpoint.pt (for --resume; removed when it finishes).
+while it trains, checkpoint.pt (emulated: checkpoints/, one file per rank) for --resume,
+removed when it finishes.
 """
 
 
@@ -330,9 +331,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.resume and args.overwrite:
         raise DecobenchError("--resume continues a run and --overwrite starts it over: give "
                              "one of them")
-    if args.resume and config.backend != "simulated":
-        raise DecobenchError(f"--resume: the {config.backend} backend has no checkpoints yet; "
-                             "run without --resume to start over")
     from decobench.backends import get_backend
     from decobench.runner import prepare
 

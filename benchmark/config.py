@@ -72,8 +72,8 @@ class RunConfig(BaseModel):
     max_sim_time: float | None = Field(None, gt=0, description="budget in simulated seconds")
     checkpoint_every_s: float | None = Field(
         300.0, gt=0, description="wall-clock seconds between checkpoints of the whole "
-        "training state (RUN_DIR/checkpoint.pt, for --resume; simulated backend); null: "
-        "never")
+        "training state (RUN_DIR/checkpoint.pt; emulated: RUN_DIR/checkpoints/, one file per "
+        "rank), for --resume; null: never")
     max_iters: int | None = Field(None, gt=0, description="budget in iterations (default: "
                                   "the task profile's)")
     seed: int = Field(0, ge=0)

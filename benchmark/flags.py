@@ -61,11 +61,12 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
                    help="run directory (default runs/TASK__METHOD__TRACE__nN__sSEED)")
     g.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     g.add_argument("--resume", action="store_true", help="continue the interrupted run in "
-                   "--out from its checkpoint (same flags as the interrupted run; simulated "
-                   "backend); the result equals an uninterrupted run's")
+                   "--out from its checkpoint (same flags as the interrupted run); simulated: "
+                   "the result equals an uninterrupted run's; emulated: every rank restores "
+                   "the newest iteration all ranks hold")
     g.add_argument("--checkpoint-every-s", type=float, default=S, metavar="SECONDS",
                    help="wall-clock seconds between checkpoints of the whole training "
-                   "state (default 300; simulated backend)")
+                   "state (default 300)")
     g.add_argument("--backend", default=S, metavar="NAME",
                    help="where the run trains (a registered backend): simulated = n workers "
                    "in one process on the simulated clock (default); emulated = n worker "

@@ -71,8 +71,9 @@ class Transport(Protocol):
     device: torch.device
     time_basis: str
 
-    def start(self, d: int) -> None:
-        """Training starts now (after set-up) for a model of ``d`` parameters."""
+    def start(self, d: int, state: dict[str, Any] | None = None) -> None:
+        """Training starts now (after set-up) for a model of ``d`` parameters; ``state``:
+        what :meth:`state_dict` saved, when the run resumes from a checkpoint."""
 
     def observations(self, iteration: int) -> Sequence[Observation]:
         """Transfers that completed before ``iteration`` starts, to give the method."""
@@ -124,6 +125,15 @@ class Transport(Protocol):
     def totals(self) -> dict[str, float]:
         """``sim_time_s``, ``bubble_s`` and ``bubble_fraction`` of the whole run."""
 
+    def checkpoint_now(self, iteration: int, due: bool) -> bool:
+        """Whether every process saves a checkpoint after ``iteration`` (``due``: this
+        process's checkpointer asks for one; on the emulated backend the leader's request
+        travels with its messages and every rank saves at the iteration they agree on)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The transport's part of a checkpoint taken after the last completed iteration
+        (the emulated transport waits for its messages in flight to hold them)."""
+
 
 @dataclass
 class Outcome:
@@ -173,8 +183,9 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
 
     ``run`` is a :class:`decobench.runner.PreparedRun`; ``log`` receives the leader's
     metrics rows; ``begin(d)`` is called once the model exists, before training.
-    ``checkpoint`` (a :class:`decobench.checkpoint.Checkpointer`, simulated transport)
-    saves the whole state when due; ``resume``: a saved state to continue from.
+    ``checkpoint`` (a :class:`decobench.checkpoint.Checkpointer`, or a
+    :class:`~decobench.checkpoint.RankCheckpointer` on the emulated backend) saves the whole
+    state when the transport agrees it is due; ``resume``: a saved state to continue from.
     """
     config, task = run.config, run.task
     n = config.workers
@@ -210,16 +221,28 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
         eval_params = method.evaluation_params(params, transport.in_flight)
         return task.evaluate(lambda inputs: gradients.forward(eval_params, inputs), data)
 
-    transport.start(layout.d)
     first = 0
     if resume is not None:                 # continue after the checkpointed iteration
-        params.copy_(resume["params"])
+        params.copy_(resume["params"].to(transport.device))
         method, batches = resume["method"], resume["batches"]
         outcome, book, metrics_at = resume["outcome"], resume["book"], resume["metrics_at"]
-        transport.load_state_dict(resume["transport"])
         gradients.module.load_state_dict(resume["model"])
         torch.set_rng_state(resume["rng"])
         first = resume["iteration"]
+    transport.start(layout.d, None if resume is None else resume["transport"])
+
+    def save_checkpoint(k: int) -> None:
+        """After iteration k, when the transport says every process saves now."""
+        if checkpoint is None or not transport.checkpoint_now(k, checkpoint.due()):
+            return
+        state = transport.state_dict()
+        if leader:                         # the rows waiting for their loss can be written
+            rows_out.known(transport.losses())
+        assert not rows_out.pending, "a checkpoint needs every row written"
+        checkpoint.save({
+            "iteration": k + 1, "params": params, "method": method, "batches": batches,
+            "outcome": outcome, "book": book, "metrics_at": metrics_at, "transport": state,
+            "model": gradients.module.state_dict(), "rng": torch.get_rng_state()})
     with progress:
         for k in range(first, run.max_iters):
             for observation in transport.observations(k):
@@ -251,6 +274,7 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
             if not leader:
                 if diverged_at is not None or transport.stopping(k):
                     break
+                save_checkpoint(k)
                 continue
             row = _row(k, times, step, loss, outcome.bits_sent)
             if diverged_at is not None:
@@ -285,13 +309,7 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
                 outcome.status = ("finished" if config.target is None or outcome.reached
                                   else "budget_exhausted")
                 break
-            if checkpoint is not None and checkpoint.due():
-                assert not rows_out.pending, "a checkpoint needs every row written"
-                checkpoint.save({
-                    "iteration": k + 1, "params": params, "method": method,
-                    "batches": batches, "outcome": outcome, "book": book,
-                    "metrics_at": metrics_at, "transport": transport.state_dict(),
-                    "model": gradients.module.state_dict(), "rng": torch.get_rng_state()})
+            save_checkpoint(k)
     transport.finish()
     if leader:
         rows_out.known(transport.losses())

@@ -22,9 +22,9 @@ from decobench.errors import DecobenchError
 CONFIG, METRICS, SUMMARY = "config.yaml", "metrics.jsonl", "summary.json"
 PARTIAL_SUFFIX = ".partial"
 RUN_FILES = frozenset({CONFIG, METRICS, METRICS + PARTIAL_SUFFIX, "trace.csv", "wandb",
-                       "checkpoint.pt",
+                       "checkpoint.pt", "checkpoints",
                        "failure.json", "network_probe.json", "tc_commands.txt",
-                       "trace_player.jsonl"})
+                       "trace_player.jsonl", "launch", "workers", ".clock_start"})
 """Names a run directory may hold before its summary is written: a folder holding only
 these and no summary is an unfinished run, which a new run replaces without --overwrite."""
 

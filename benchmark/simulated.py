@@ -45,9 +45,14 @@ class SimulatedTransport:
         self._losses: dict[int, float] = {}
         self._stop = False
 
-    def start(self, d: int) -> None:
+    def start(self, d: int, state: dict[str, object] | None = None) -> None:
         self.trace = self.trace_for(d)
         self.clock = EventClock(self.trace, topology=self.topology, workers=self.workers)
+        if state is not None:
+            self.load_state_dict(state)
+
+    def checkpoint_now(self, iteration: int, due: bool) -> bool:
+        return due                        # one process: it saves when its checkpointer asks
 
     def observations(self, iteration: int) -> list[Observation]:
         start_s = self.clock.next_start()

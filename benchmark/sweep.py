@@ -135,11 +135,12 @@ def sweep_lock(out: Path) -> Iterator[None]:
 def remove_abandoned_staging(out: Path) -> list[Path]:
     """Remove the staging folders of cells an interrupted sweep left unfinished, except
     those holding a checkpoint (their cell resumes from it, :func:`run_cell`)."""
-    from decobench.checkpoint import CHECKPOINT
+    from decobench.checkpoint import CHECKPOINT, has_rank_checkpoints
 
     runs = out / "runs"
     stale = [path for path in (sorted(runs.glob(STAGING_PREFIX + "*")) if runs.is_dir()
-                               else []) if not (path / CHECKPOINT).is_file()]
+                               else []) if not ((path / CHECKPOINT).is_file()
+                                                or has_rank_checkpoints(path))]
     for path in stale:
         shutil.rmtree(path, ignore_errors=True)
     return stale
@@ -201,7 +202,12 @@ def run_cell(cell: Cell, out: Path, wandb: bool) -> dict[str, Any]:
 
 
 def _resumable(path: Path, expected: str) -> bool:
-    """Whether the staging folder of an interrupted cell holds a checkpoint of this cell."""
+    """Whether the staging folder of an interrupted cell holds a checkpoint of this cell (an
+    emulated cell: per-rank checkpoints, which the ranks check when they load them)."""
+    from decobench.checkpoint import has_rank_checkpoints
+
+    if has_rank_checkpoints(path.parent) and not (path.parent / "summary.json").is_file():
+        return True
     if not path.is_file():
         return False
     from decobench.checkpoint import load_checkpoint
@@ -308,9 +314,15 @@ def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str
         jobs = os.cpu_count() or 1
     if jobs < 1:
         raise DecobenchError(f"--jobs must be >= 1, got {jobs}")
+    created = not out.exists()        # a folder this call made goes again on a bad suite
     with sweep_lock(out):
-        previous = previous_cells(out, suite)
-        plan = plan_sweep(suite, out, data_roots, backend=backend)
+        try:
+            previous = previous_cells(out, suite)
+            plan = plan_sweep(suite, out, data_roots, backend=backend)
+        except BaseException:
+            if created:
+                shutil.rmtree(out, ignore_errors=True)
+            raise
         if previous is not None:
             now = {f"runs/{c.name}" for c in plan.cells}
             added, removed = len(now - previous), len(previous - now)
@@ -327,6 +339,8 @@ def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str
             for cell in plan.todo:
                 print(f"  would run {cell.name}", file=sys.stderr)
             print(describe(suite_cost([cell.config for cell in plan.todo])), file=sys.stderr)
+            if created:                    # a dry run leaves nothing behind
+                shutil.rmtree(out, ignore_errors=True)
             return plan
         write_manifest(plan)
         stale = remove_abandoned_staging(out)

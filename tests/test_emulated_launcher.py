@@ -167,3 +167,31 @@ def test_the_trace_players_changes_are_written_to_the_run_directory(tmp_path):
     _stop_player(Player(), tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "trace_player.jsonl").read_text().splitlines()]
     assert [(r["planned_s"], r["setting"]["rate_bps"]) for r in rows] == [(0.0, 20e6), (5.0, 5e6)]
+
+
+@needs_root
+def test_a_run_that_lost_a_rank_resumes_from_its_checkpoints(tmp_path, fmnist_root):
+    """Rank 1 is killed after the ranks checkpointed; ``--resume`` builds the links again,
+    every rank restores the same iteration, and the run directory ends complete."""
+    before = _namespaces()
+    out = tmp_path / "run"
+    args = _args(fmnist_root, out, ["--method", "dd-ef-sgd", "--delta", "0.05", "--tau", "2",
+                                    "--checkpoint-every-s", "0.1"], iters=40)
+    launcher = subprocess.Popen([sys.executable, "-m", "decobench.cli", *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 180
+    victim = _rank_pid(out, 1, deadline)
+    while not list((out / "checkpoints").glob("rank1-*.pt")):
+        assert launcher.poll() is None and time.monotonic() < deadline, "no checkpoint"
+        time.sleep(0.05)
+    os.kill(victim, signal.SIGKILL)
+    output, _ = launcher.communicate(timeout=120)
+    assert launcher.returncode != 0 and "lost rank 1" in output, output
+    resumed = subprocess.run([sys.executable, "-m", "decobench.cli", *args, "--resume"],
+                             capture_output=True, text=True, timeout=180)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "the newest checkpoint every rank holds" in resumed.stderr
+    assert read_summary(out)["iterations"] == 40
+    assert [r["iteration"] for r in read_metrics(out)] == list(range(1, 41))
+    assert not (out / "failure.json").exists() and not (out / "checkpoints").exists()
+    assert _namespaces() == before, "namespaces left behind"

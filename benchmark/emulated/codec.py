@@ -532,6 +532,7 @@ HEADER_FIELDS: tuple[str, ...] = (
     "loss",
     "aux",
     "control_bytes",
+    "saved_iteration",
 )
 """Header fields in wire order; each is one little-endian float64 (integers exact to 2**53).
 Append new fields at the end (both ends must share the tuple)."""

@@ -251,6 +251,12 @@ class Communicator:
                                         daemon=True)
         self._thread.start()
 
+    def restore(self, arrivals: dict[int, Arrival]) -> None:
+        """Messages a checkpoint held (arrived before it was taken), to :meth:`wait` for
+        again after a resume; call before :meth:`start`."""
+        with self._cond:
+            self._arrived.update(arrivals)
+
     def submit(self, message: Outgoing) -> None:
         """Queue a message; returns at once (the collective runs in the background)."""
         with self._cond:

@@ -82,6 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "network_info"):
             values.pop(key, None)
         values["backend"] = "emulated"
+        if args.resume and args.overwrite:
+            raise DecobenchError("--resume continues a run and --overwrite starts it over: "
+                                 "give one of them")
         run = prepare(build_run_config(values))
         timeout = args.timeout_s or run.config.emulation.timeout_s
         if timeout is None:
@@ -91,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = EmulationSettings(
             latency_mechanism=("comm-layer" if run.config.emulation.latency_mechanism == "comm-layer"
                                else "kernel"), timeout_s=timeout, attach=args.attach,
-            overwrite=args.overwrite, start_file=Path(args.start_file) if args.start_file else None,
+            overwrite=args.overwrite, resume=args.resume, start_file=Path(args.start_file) if args.start_file else None,
             addresses=tuple(args.addresses.split(",")) if args.addresses else (),
             network=json.loads(args.network_info) if args.network_info else {})
         summary = run_rank(run, env, settings, show_progress=not args.no_progress,

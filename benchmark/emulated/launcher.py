@@ -16,6 +16,8 @@
    Ctrl-C, SIGTERM or an error in the launcher stop the ranks the same way. The namespaces
    are deleted in every case (``python -m decobench.netem.netns --cleanup`` removes leftovers of a
    launcher that was SIGKILLed).
+7. ``--resume`` builds and probes the links again and starts the ranks with ``--resume``:
+   they restore the newest checkpoint every rank holds and the trace continues from there.
 """
 
 from __future__ import annotations
@@ -101,9 +103,11 @@ def _describe_exit(code: int) -> str:
 
 
 def launch(run: PreparedRun, overwrite: bool = False, show_progress: bool = True,
-           wandb: bool = True) -> dict[str, Any]:
+           wandb: bool = True, resume: bool = False) -> dict[str, Any]:
     """Run ``run`` on the emulated backend; returns rank 0's summary or raises
-    :class:`RunFailed` (after writing ``failure.json``)."""
+    :class:`RunFailed` (after writing ``failure.json``). ``resume``: continue the
+    interrupted run in ``run.out`` from the newest checkpoint every rank holds (the links
+    are built and probed again; the trace continues where the run stopped)."""
     from decobench.netem.netns import NamespaceNetwork, NetworkPlan, resolve_latency_mechanism
     from decobench.netem.player import NetnsShaper, TracePlayer
     from decobench.netem.probe import probe_links, write_probe
@@ -116,8 +120,12 @@ def launch(run: PreparedRun, overwrite: bool = False, show_progress: bool = True
     trace = run.condition.trace_for(d, run.compute_time_s)
     timeout_s = config.emulation.timeout_s or default_timeout_s(d, trace, config.workers,
                                                                 config.topology)
-    rundir = RunDirectory(run.out, overwrite=overwrite)
-    out = rundir.path
+    if resume:
+        check_resumable(run.out)
+        out = RunDirectory.attach(run.out).path
+        (out / START_FILE).unlink(missing_ok=True)   # the player waits for a new start
+    else:
+        out = RunDirectory(run.out, overwrite=overwrite).path
     setting = LinkSetting(rate_bps=trace.bandwidth_at(0.0), latency_s=trace.latency_at(0.0))
     plan = NetworkPlan.new(workers=config.workers)
     ranks: list[_Rank] = []
@@ -132,7 +140,8 @@ def launch(run: PreparedRun, overwrite: bool = False, show_progress: bool = True
                     report.check()
                 player = TracePlayer(trace, NetnsShaper(net))
                 player.wait_for_start_file(out / START_FILE)
-                ranks = _start_ranks(run, net, mechanism, timeout_s, out, show_progress, wandb)
+                ranks = _start_ranks(run, net, mechanism, timeout_s, out, show_progress, wandb,
+                                     resume)
                 _supervise(ranks, out, timeout_s)
             finally:
                 for r in ranks:
@@ -158,12 +167,25 @@ def launch(run: PreparedRun, overwrite: bool = False, show_progress: bool = True
     return read_summary(out)
 
 
+def check_resumable(out: Path) -> None:
+    """One line unless ``out`` holds an unfinished emulated run with per-rank checkpoints."""
+    from decobench.checkpoint import RANK_CHECKPOINTS, has_rank_checkpoints
+
+    if (out / SUMMARY).is_file():
+        raise DecobenchError(f"--resume: {out} holds a finished run; nothing to resume (pass "
+                             "--overwrite to run it again)")
+    if not has_rank_checkpoints(out):
+        raise DecobenchError(f"--resume: no checkpoints in {out / RANK_CHECKPOINTS} (the ranks "
+                             "write them every --checkpoint-every-s seconds); run without "
+                             "--resume to start over")
+
+
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
 def _start_ranks(run: PreparedRun, net: Any, mechanism: str, timeout_s: float, out: Path,
-                 show_progress: bool, wandb: bool) -> list[_Rank]:
+                 show_progress: bool, wandb: bool, resume: bool = False) -> list[_Rank]:
     config = run.config
     launch_config = out / LAUNCH_CONFIG
     launch_config.parent.mkdir(parents=True, exist_ok=True)
@@ -194,6 +216,8 @@ def _start_ranks(run: PreparedRun, net: Any, mechanism: str, timeout_s: float, o
                 "--network-info", json.dumps(network)]
         if not wandb:
             argv.append("--no-wandb")
+        if resume:
+            argv.append("--resume")
         log = None if i == 0 else logs / f"rank{i}.log"
         if i != 0 or not show_progress:
             argv.append("--no-progress")
@@ -282,11 +306,12 @@ def _stop_player(player: Any, out: Path) -> None:
 
 
 def _launch(run: PreparedRun, *, overwrite: bool = False, show_progress: bool = True,
-            wandb: bool = True) -> dict[str, Any]:
+            wandb: bool = True, resume: bool = False) -> dict[str, Any]:
     from decobench.tracking import wandb_tracker_factory
 
     wandb_tracker_factory(wandb)                     # a bad WANDB_MODE fails here
-    return launch(run, overwrite=overwrite, show_progress=show_progress, wandb=wandb)
+    return launch(run, overwrite=overwrite, show_progress=show_progress, wandb=wandb,
+                  resume=resume)
 
 
 EMULATED = Backend(

@@ -11,10 +11,20 @@ the time the leader spent evaluating, and is what the rows report as ``sim_time_
 (``time_basis: measured``).
 
 Agreement between ranks: every message's header carries its sender's measurements of the
-transfer it last applied and stop / divergence flags. All ranks apply message s at iteration
-s + τ_s and read the same n headers there, so adaptive methods see the same observations at
-the same iteration on every rank (given to the method when the next iteration starts) and
-choose the same (δ, τ), and all ranks stop after the same iteration.
+transfer it last applied and stop / divergence / checkpoint flags. All ranks apply message s
+at iteration s + τ_s and read the same n headers there, so adaptive methods see the same
+observations at the same iteration on every rank (given to the method when the next
+iteration starts) and choose the same (δ, τ), all ranks stop after the same iteration, and
+all ranks checkpoint after the same iteration: the leader raises :data:`FLAG_CHECKPOINT`
+when its checkpointer is due, every rank saves when that message is applied, and each header
+reports the newest checkpoint its sender saved (``saved_iteration``), so a rank deletes an
+older checkpoint only once every rank holds a newer one
+(:class:`~decobench.checkpoint.RankCheckpointer`).
+
+Resuming (:meth:`DistributedTransport.start` with a state) restores the sent-message
+records, the messages in flight (waited for when the checkpoint was taken, handed back to
+the communicator) and both clocks: the trace clock continues from where it stopped, so the
+trace player and the latency resume at the same point of the trace.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ import torch
 import torch.distributed as dist
 
 from decobench.atomicio import write_text_atomic
+from decobench.checkpoint import RankCheckpointer
 from decobench.emulated.comm import Arrival, Communicator, encode_message
 from decobench.emulated.delivery import DeliveryDelay
 from decobench.loop import IterationTimes
@@ -42,6 +53,9 @@ FLAG_STOP = 1
 """Header flag: the sender asks every rank to stop (target met or time budget spent)."""
 FLAG_DIVERGED = 2
 """Header flag: the sender's loss was not finite at the message's iteration."""
+FLAG_CHECKPOINT = 4
+"""Header flag: the leader asks every rank to checkpoint after the iteration that applies
+this message."""
 KEEP_RECORDS = 64
 """Iterations of sent-message records kept after they were applied (headers refer back)."""
 
@@ -113,7 +127,8 @@ class DistributedTransport:
     def __init__(self, rank: int, workers: int, topology: str,
                  trace_for: Callable[[int], Trace], latency_mechanism: str, timeout_s: float,
                  device: torch.device, addresses: tuple[str, ...] = (),
-                 start_file: Path | None = None, group: Any = None) -> None:
+                 start_file: Path | None = None, group: Any = None,
+                 checkpoints: RankCheckpointer | None = None) -> None:
         self.rank, self.workers, self.topology = rank, workers, topology
         self.trace_for, self.latency_mechanism = trace_for, latency_mechanism
         self.rows = slice(rank, rank + 1)
@@ -137,8 +152,13 @@ class DistributedTransport:
         self._start = self._end = 0.0
         self._waited = 0.0
         self._transfer: Arrival | None = None
+        self.checkpoints = checkpoints
+        self.checkpoint_after: int | None = None   # agreed: every rank saves after it
+        self._checkpoint_asked = False             # the leader's request is on its way
+        self._raise_checkpoint = False             # ... and goes with the next message
+        self.committed: int | None = None          # every rank holds this checkpoint
 
-    def start(self, d: int) -> None:
+    def start(self, d: int, state: dict[str, Any] | None = None) -> None:
         self.trace = self.trace_for(d)
         delay = DeliveryDelay(self.trace, "kernel" if self.latency_mechanism == "kernel"
                               else "comm-layer", self.topology, self.workers)
@@ -146,8 +166,11 @@ class DistributedTransport:
                                  clock=self.clock.trace_s, timeout_s=self.timeout_s,
                                  device=self.device, addresses=self.addresses,
                                  group=self.group)
+        resumed_at = 0.0
+        if state is not None:
+            resumed_at = self._restore(state)
         dist.barrier(group=self.group)
-        self.clock.origin = time.monotonic()
+        self.clock.origin = time.monotonic() - resumed_at
         if self.leader and self.start_file is not None:
             write_text_atomic(self.start_file, f"{self.clock.origin!r}\n")
         self.comm.start()
@@ -163,9 +186,12 @@ class DistributedTransport:
     def submit(self, iteration: int, sent: Sent, loss: float) -> None:
         assert self.comm is not None, "start() first"
         flags = ((FLAG_STOP if self.stop_requested else 0)
-                 | (FLAG_DIVERGED if self.diverged_here else 0))
-        self.diverged_here = False
+                 | (FLAG_DIVERGED if self.diverged_here else 0)
+                 | (FLAG_CHECKPOINT if self._raise_checkpoint else 0))
+        self.diverged_here = self._raise_checkpoint = False
         header = {"iteration": float(iteration), "flags": float(flags), "loss": loss}
+        if self.checkpoints is not None and self.checkpoints.latest is not None:
+            header["saved_iteration"] = float(self.checkpoints.latest)
         reported = self.sent.get(self.report_next) if self.report_next is not None else None
         if reported is not None and reported.arrival is not None:
             arrival = reported.arrival
@@ -203,6 +229,9 @@ class DistributedTransport:
                 self.stop_after = iteration
                 self.agreed_divergence = (s + 1 if self.agreed_divergence is None
                                           else min(self.agreed_divergence, s + 1))
+            if any(f & FLAG_CHECKPOINT for f in raised):
+                self.checkpoint_after = iteration
+            self._learn_commit(arrival.headers)
             arrived.append(_as_due(arrival))
             self._learn_loss(s, arrival)
         self.bubble_s += self._waited
@@ -210,6 +239,52 @@ class DistributedTransport:
                   if s < iteration - KEEP_RECORDS and s not in self.unapplied]:
             del self.sent[s]                          # keep the record bounded
         return arrived
+
+    def _learn_commit(self, headers: list[dict[str, float]]) -> None:
+        """The newest checkpoint every rank has reported saving; older ones can go."""
+        saved = [h.get("saved_iteration", math.nan) for h in headers]
+        if self.checkpoints is None or not all(math.isfinite(v) for v in saved):
+            return
+        committed = int(min(saved))
+        if self.committed is None or committed > self.committed:
+            self.committed = committed
+            self.checkpoints.prune(committed)
+
+    def checkpoint_now(self, iteration: int, due: bool) -> bool:
+        if due and self.leader and not self._checkpoint_asked:
+            self._checkpoint_asked = self._raise_checkpoint = True
+        if self.checkpoint_after != iteration:
+            return False
+        self.checkpoint_after, self._checkpoint_asked = None, False
+        return True
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed rank needs (see the module docstring). Waits for the messages in
+        flight (the wait is left out of the training clock, like an evaluation)."""
+        assert self.comm is not None, "start() first"
+        with self.evaluation_pause():
+            arrivals = {s: self.comm.peek(s) for s in self.unapplied}
+        for s, arrival in arrivals.items():
+            self._learn_loss(s, arrival)           # the leader's rows need their loss now
+        return {"sent": self.sent, "unapplied": list(self.unapplied), "arrivals": arrivals,
+                "report_next": self.report_next, "stop_requested": self.stop_requested,
+                "bubble_s": self.bubble_s, "last_end": self.last_end,
+                "observed": list(self._observed), "committed": self.committed,
+                "latest": None if self.checkpoints is None else self.checkpoints.latest,
+                "trace_s": self.clock.trace_s(), "paused_s": self.clock.paused_s}
+
+    def _restore(self, state: dict[str, Any]) -> float:
+        """Take back a :meth:`state_dict`; returns the trace time to continue from."""
+        assert self.comm is not None
+        self.sent, self.unapplied = state["sent"], list(state["unapplied"])
+        self.report_next, self.stop_requested = state["report_next"], state["stop_requested"]
+        self.bubble_s, self.last_end = state["bubble_s"], state["last_end"]
+        self._observed, self.committed = list(state["observed"]), state["committed"]
+        if self.checkpoints is not None:
+            self.checkpoints.latest = state["latest"]
+        self.clock.paused_s = state["paused_s"]
+        self.comm.restore(state["arrivals"])
+        return float(state["trace_s"])
 
     def _learn_loss(self, iteration: int, arrival: Arrival) -> None:
         """The mean of the n workers' losses of ``iteration`` (the leader's rows need it)."""

@@ -4,13 +4,17 @@ The rank trains with the one training loop (:mod:`decobench.loop`) over a
 :class:`~decobench.emulated.transport.DistributedTransport` (its rows: this rank's worker;
 its clock: measured; its messages: background collectives, applied τ iterations after they
 were sent). The method objects are the simulated backend's, built for one row of gradients
-(``MethodContext.gradient_rows = 1``). Rank 0 writes the run directory.
+(``MethodContext.gradient_rows = 1``). Rank 0 writes the run directory; every rank keeps
+its own checkpoints in ``RUN_DIR/checkpoints/`` (:class:`~decobench.checkpoint.RankCheckpointer`)
+and, with ``--resume``, restores the newest iteration all ranks hold.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -21,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from decobench.atomicio import write_text_atomic
+from decobench.checkpoint import RANK_CHECKPOINTS, RankCheckpointer, common_iteration
 from decobench.emulated.comm import PeerLost
 from decobench.emulated.transport import DistributedTransport
 from decobench.errors import DecobenchError
@@ -35,6 +40,7 @@ from decobench.runner import (
     summary_fields,
 )
 from decobench.sharding import check_batch_size
+from decobench.suite import identity
 from decobench.topology import topology_factors
 from decobench.tracking import NullTracker, RunTracker, TrackerFactory
 from decobench.wire import dense_wire_bits
@@ -77,7 +83,8 @@ class EmulationSettings:
 
     ``latency_mechanism``: ``kernel`` (the network adds the latency) or ``comm-layer``
     (:class:`DeliveryDelay` adds ``l·b(t)``). ``attach``: the launcher already created the
-    run directory (and put the probe in it). ``start_file``: rank 0 writes the monotonic
+    run directory (and put the probe in it). ``resume``: continue from the newest
+    checkpoint every rank holds (:func:`agree_on_checkpoint`). ``start_file``: rank 0 writes the monotonic
     time of the common start there (the trace player waits for it). ``addresses``: each
     rank's IP, to name a lost rank from the transport's error message.
     """
@@ -86,6 +93,7 @@ class EmulationSettings:
     timeout_s: float
     attach: bool = False
     overwrite: bool = False
+    resume: bool = False
     start_file: Path | None = None
     addresses: tuple[str, ...] = ()
     network: dict[str, Any] = field(default_factory=dict)
@@ -141,10 +149,13 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
     def trace_for(d: int) -> Trace:                 # begin() and the transport share it
         return run.condition.trace_for(d, run.compute_time_s)
 
+    checkpoints = RankCheckpointer(run.out / RANK_CHECKPOINTS, env.rank,
+                                   config.checkpoint_every_s, identity(config))
+    state = agree_on_checkpoint(checkpoints, env, run.out, device) if settings.resume else None
     transport = DistributedTransport(
         env.rank, config.workers, config.topology, trace_for, settings.latency_mechanism,
         settings.timeout_s, device, addresses=settings.addresses,
-        start_file=settings.start_file)
+        start_file=settings.start_file, checkpoints=checkpoints)
     leader = transport.leader
     rundir: RunDirectory | None = None
     tracker: RunTracker = NullTracker()
@@ -154,8 +165,14 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
         if not leader:
             return
         trace = trace_for(d)
-        rundir = (RunDirectory.attach(run.out) if settings.attach
-                  else RunDirectory(run.out, overwrite=settings.overwrite))
+        if state is not None:
+            (run.out / FAILURE).unlink(missing_ok=True)   # the interrupted attempt's
+            rundir = RunDirectory.resume(run.out, state["iteration"])
+            print(f"resuming {run.out} after iteration {state['iteration']} (the newest "
+                  "checkpoint every rank holds)", file=sys.stderr)
+        else:
+            rundir = (RunDirectory.attach(run.out) if settings.attach
+                      else RunDirectory(run.out, overwrite=settings.overwrite))
         resolved = resolved_config(run, d, data.source, trace)
         resolved["emulation"] = {
             "latency_mechanism": settings.latency_mechanism, "process_group": backend,
@@ -167,7 +184,8 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
                         f"{run.condition.label}")
         if tracker_factory:
             tracker = tracker_factory(resolved, rundir.path)
-        rundir.open_metrics()
+        if state is None:
+            rundir.open_metrics()
 
     def log(row: dict[str, Any]) -> None:
         assert rundir is not None
@@ -178,8 +196,13 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
     wall_start = time.perf_counter()
     try:
         trained = train(run, data, transport, evaluations, book, log, wall_start=wall_start,
-                        show_progress=show_progress, begin=begin)
+                        show_progress=show_progress, begin=begin, checkpoint=checkpoints,
+                        resume=state)
+        checkpoints.remove()
         dist.barrier()
+        if leader:
+            with contextlib.suppress(OSError):             # empty once every rank is done
+                checkpoints.folder.rmdir()
     except BaseException as exc:
         if not isinstance(exc, PeerLost):
             try:
@@ -204,6 +227,32 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
     tracker.finish(summary)
     rundir.write_summary(summary)
     return summary
+
+
+def agree_on_checkpoint(checkpoints: RankCheckpointer, env: RankEnvironment, out: Path,
+                        device: torch.device) -> dict[str, Any]:
+    """Every rank's state at the newest iteration all ranks hold a checkpoint of (two
+    all-gathers before training: which iterations each rank holds, and whether each could
+    load its file), so every rank restores the same iteration or all of them stop."""
+    held: list[Any] = [None] * env.world_size
+    dist.all_gather_object(held, checkpoints.iterations())
+    iteration = common_iteration(held, out)
+    problem, state = "", None
+    try:
+        state = checkpoints.load(iteration, device)
+    except DecobenchError as exc:
+        problem = str(exc)
+    problems: list[Any] = [None] * env.world_size
+    dist.all_gather_object(problems, problem)
+    failed = [(r, p) for r, p in enumerate(problems) if p]
+    if failed:
+        rank, first = failed[0]
+        raise DecobenchError(first if rank == env.rank else
+                             f"--resume: rank {rank} cannot restore iteration {iteration}: "
+                             f"{first}")
+    assert state is not None
+    checkpoints.discard_after(iteration)
+    return state
 
 
 def write_failure(out: Path, exc: BaseException, lost_ranks: tuple[int, ...] | None = None,
