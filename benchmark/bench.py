@@ -1,9 +1,10 @@
 """``make bench``: performance figures written to a JSON file (no timed asserts anywhere).
 
-1. Simulated backend: wall time per iteration of the vectorised n-worker gradient pass
-   (``torch.func.vmap`` over workers) for n = 1, 4, 8, against one plain PyTorch
-   forward/backward over the same n·B samples (which yields only the summed gradient), and
-   against n separate per-worker forward/backward passes. ``ratio_vs_plain`` is the figure.
+1. Gradient engines (``gradient_engines``): wall time of the n workers' per-worker
+   gradients with each engine of :mod:`decobench.gradients` (``grouped``, ``vmap``) on the
+   cpu-profile CNN, ViT and GPT-2 for n = 1, 4, 8, 16, against one plain PyTorch
+   forward/backward over the same n·B samples (which yields only the summed gradient).
+   ``ratio_grouped`` and ``ratio_vmap`` are the figures.
 2. Top-k + error feedback per iteration for d = 1e6, 1e7, 1e8 at δ = 0.01 (one worker),
    against ``torch.topk`` alone on the same vector.
 """
@@ -21,15 +22,32 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from decobench.atomicio import write_text_atomic
 from decobench.compressors import TopKCompressor
 from decobench.error_feedback import ErrorFeedback
 from decobench.flat import FlatLayout
 from decobench.gradients import WorkerGradients
-from decobench.tasks.cnn_fmnist import PaperCNN
 from decobench.wire import topk_count
+
+
+def _time_paired(plain: Callable[[], object], fn: Callable[[], object], repeats: int,
+                 warmup: int = 2) -> tuple[dict[str, float], dict[str, float]]:
+    """:func:`_time` of ``plain`` and ``fn`` in alternating order (plain first in even
+    rounds, second in odd ones): on CPU a call's time depends on what ran before it (the
+    allocator's state, page faults on fresh buffers), so neither gets a fixed advantage."""
+    for _ in range(warmup):
+        plain()
+        fn()
+    samples: tuple[list[float], list[float]] = ([], [])
+    for r in range(repeats):
+        for which in ((0, 1) if r % 2 == 0 else (1, 0)):
+            t0 = time.perf_counter()
+            (plain, fn)[which]()
+            samples[which].append(time.perf_counter() - t0)
+    a, b = ({"median_s": statistics.median(t), "min_s": min(t), "repeats": repeats}
+            for t in samples)
+    return a, b
 
 
 def _time(fn: Callable[[], object], repeats: int, warmup: int = 2) -> dict[str, float]:
@@ -44,42 +62,63 @@ def _time(fn: Callable[[], object], repeats: int, warmup: int = 2) -> dict[str, 
             "repeats": repeats}
 
 
-def _bench_workers(model: torch.nn.Module, grads: WorkerGradients, params: torch.Tensor,
-                   n: int, batch: int, repeats: int) -> dict:
-    x = torch.randn(n, batch, 1, 28, 28)
-    y = torch.randint(0, 10, (n, batch))
-
-    def plain() -> None:
-        model.zero_grad()
-        F.cross_entropy(model(x.reshape(n * batch, 1, 28, 28)), y.reshape(-1)).backward()
-
-    def per_worker_loop() -> None:
-        for i in range(n):
-            model.zero_grad()
-            F.cross_entropy(model(x[i]), y[i]).backward()
-
-    vec = _time(lambda: grads(params, x, y), repeats)
-    ref = _time(plain, repeats)
-    loop = _time(per_worker_loop, repeats)
-    return {"workers": n, "batch_per_worker": batch, "parameters": params.numel(),
-            "vectorised": vec, "plain_loop_nB": ref, "per_worker_loop": loop,
-            "ratio_vs_plain": vec["median_s"] / ref["median_s"],
-            "ratio_vs_per_worker_loop": vec["median_s"] / loop["median_s"]}
+ENGINE_TASKS = ("cnn-fmnist", "vit-imagenet", "gpt2-wikitext")
+"""Tasks whose cpu-profile models the gradient-engine benchmark times."""
 
 
-def bench_backend(workers: list[int], batch: int, repeats: int) -> list[dict]:
-    torch.manual_seed(0)
-    model = PaperCNN()
-    layout = FlatLayout.of(model)
-    params = layout.flatten(model)
-    grads = WorkerGradients(model, layout, F.cross_entropy)
+def _probe_batch(task: Any, model: torch.nn.Module, n: int, batch: int,
+                 gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random inputs ``[n, B, ...]`` and targets in the task's real shapes."""
+    if task.name == "gpt2-wikitext":
+        vocab, context = model.gpt.config.vocab_size, model.gpt.config.n_positions
+        tokens = torch.randint(0, vocab, (n, batch, context + 1), generator=gen)
+        return tokens[..., :-1], tokens[..., 1:]
+    if task.name == "vit-imagenet":
+        size = model.patch_embed.img_size
+        return (torch.randn(n, batch, 3, *size, generator=gen),
+                torch.randint(0, model.num_classes, (n, batch), generator=gen))
+    return (torch.randn(n, batch, 1, 28, 28, generator=gen),
+            torch.randint(0, 10, (n, batch), generator=gen))
+
+
+def bench_engines(tasks: tuple[str, ...], workers: list[int], repeats: int,
+                  batch: int | None = None) -> list[dict]:
+    """Per-worker gradients of n workers (each engine of :mod:`decobench.gradients`)
+    against one plain forward/backward over the same n·B samples (which yields only the
+    summed gradient): ``ratio`` = engine time / plain time, per task (cpu profile) and n."""
+    from decobench.tasks import get_task
+    from decobench.tasks.base import build_seeded_model
+
     results = []
-    for n in workers:
-        r = _bench_workers(model, grads, params, n, batch, repeats)
-        results.append(r)
-        print(f"n={n}: vectorised {r['vectorised']['median_s'] * 1e3:.1f} ms, plain n·B "
-              f"{r['plain_loop_nB']['median_s'] * 1e3:.1f} ms (ratio {r['ratio_vs_plain']:.2f}), "
-              f"per-worker loop {r['per_worker_loop']['median_s'] * 1e3:.1f} ms", flush=True)
+    for name in tasks:
+        task = get_task(name)
+        profile = task.profiles["cpu"]
+        model = build_seeded_model(task, profile, 0)
+        layout = FlatLayout.of(model)
+        params = layout.flatten(model)
+        b = batch or profile.batch_size
+        for n in workers:
+            x, y = _probe_batch(task, model, n, b, torch.Generator().manual_seed(n))
+            flat_x, flat_y = x.reshape(n * b, *x.shape[2:]), y.reshape(n * b, *y.shape[2:])
+
+            def plain(model=model, task=task, flat_x=flat_x, flat_y=flat_y) -> None:
+                model.zero_grad()
+                task.loss(model(flat_x), flat_y).backward()
+
+            row: dict[str, Any] = {"task": name, "profile": "cpu", "workers": n,
+                                   "batch_per_worker": b, "parameters": layout.d}
+            for engine in ("grouped", "vmap"):
+                grads = WorkerGradients(model, layout, task.loss, engine=engine)
+                row[f"plain_nB_beside_{engine}"], row[engine] = _time_paired(
+                    plain, lambda g=grads, p=params, x=x, y=y: g(p, x, y), repeats)
+                row[f"ratio_{engine}"] = (row[engine]["median_s"]
+                                          / row[f"plain_nB_beside_{engine}"]["median_s"])
+            row["plain_nB"] = row["plain_nB_beside_grouped"]
+            results.append(row)
+            print(f"{name} n={n} B={b}: plain n·B {row['plain_nB']['median_s'] * 1e3:.1f} ms, "
+                  f"grouped {row['grouped']['median_s'] * 1e3:.1f} ms "
+                  f"({row['ratio_grouped']:.2f}x), vmap {row['vmap']['median_s'] * 1e3:.1f} ms "
+                  f"({row['ratio_vmap']:.2f}x)", flush=True)
     return results
 
 
@@ -151,7 +190,12 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="bench-results/bench.json", help="JSON file to write")
     parser.add_argument("--repeats", type=int, default=10, help="timed repetitions per case")
-    parser.add_argument("--batch", type=int, default=32, help="per-worker batch size")
+    parser.add_argument("--batch", type=int, default=None, help="per-worker batch size "
+                        "(default: each task's cpu profile)")
+    parser.add_argument("--tasks", default=",".join(ENGINE_TASKS),
+                        help="comma-separated tasks for the gradient-engine benchmark")
+    parser.add_argument("--workers", default="1,4,8,16",
+                        help="comma-separated worker counts n for the gradient-engine benchmark")
     parser.add_argument("--sizes", default="1e6,1e7,1e8",
                         help="comma-separated model sizes d for the Top-k benchmark")
     args = parser.parse_args(argv)
@@ -159,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "machine": {"platform": platform.platform(), "processor": platform.processor(),
                     "torch": str(torch.__version__), "threads": torch.get_num_threads()},
-        "simulated_backend": bench_backend([1, 4, 8], args.batch, args.repeats),
+        "gradient_engines": bench_engines(tuple(args.tasks.split(",")),
+                                          [int(n) for n in args.workers.split(",")],
+                                          args.repeats, args.batch),
         "topk_error_feedback": bench_topk(sizes, 0.01, max(3, args.repeats // 2)),
         "cli_startup": bench_cli(max(3, args.repeats // 2)),
     }

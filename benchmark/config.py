@@ -105,6 +105,11 @@ class RunConfig(BaseModel):
         "time of the vectorised gradient step divided by n")
     compute_time_s: float | None = Field(None, gt=0, description="fixed per-iteration compute "
                                          "time T in seconds, overriding the profile's")
+    gradient_engine: Literal["auto", "grouped", "vmap", "loop"] = Field(
+        "auto", description="how the n workers' gradients are computed (decobench.gradients): "
+        "auto (grouped when every parameter has a rule and it matches vmap on a probe batch, "
+        "else vmap; config.yaml says which and why), grouped (one forward/backward over n·B), "
+        "vmap, or loop (one pass per worker); they differ only in float rounding")
     eval_every: int | None = Field(None, gt=0, description="evaluate every E iterations "
                                    "(default: the task profile's)")
     fine_eval_every: int | None = Field(

@@ -97,6 +97,11 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--compute-time-s", type=float, default=S, metavar="SECONDS",
                    help="fixed per-iteration compute time T in seconds, overriding the "
                    "profile's (e.g. the time your GPU takes for one batch)")
+    g.add_argument("--gradient-engine", choices=["auto", "grouped", "vmap", "loop"], default=S,
+                   help="per-worker gradients: auto (default: grouped, one forward/backward "
+                   "over n·B, when it applies and matches vmap on a probe batch; config.yaml "
+                   "says which and why), grouped, vmap or loop; they differ only in float "
+                   "rounding")
     g.add_argument("--eval-every", type=int, default=S, metavar="E",
                    help="evaluate every E iterations (default: the profile's)")
     g.add_argument("--fine-eval-every", type=int, default=S, metavar="E_F",

@@ -182,7 +182,9 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
     """Build the model, method and batches from the seed and train once over ``transport``.
 
     ``run`` is a :class:`decobench.runner.PreparedRun`; ``log`` receives the leader's
-    metrics rows; ``begin(d)`` is called once the model exists, before training.
+    metrics rows; ``begin(d, gradients)`` is called once the model exists, before training
+    (``gradients``: the engine :meth:`~decobench.gradients.WorkerGradients.select` chose,
+    and why, for ``config.yaml``).
     ``checkpoint`` (a :class:`decobench.checkpoint.Checkpointer`, or a
     :class:`~decobench.checkpoint.RankCheckpointer` on the emulated backend) saves the whole
     state when the transport agrees it is due; ``resume``: a saved state to continue from.
@@ -192,7 +194,11 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
     model = build_seeded_model(task, run.profile, config.seed).to(transport.device)
     layout = FlatLayout.of(model)
     params = layout.flatten(model).to(transport.device)
-    gradients = WorkerGradients(model, layout, task.loss, vectorise=task.vectorise)
+    try:
+        gradients = WorkerGradients(model, layout, task.loss, vectorise=task.vectorise,
+                                    engine=config.gradient_engine)
+    except ValueError as exc:                 # --gradient-engine grouped on a model without rules
+        raise DecobenchError(f"--gradient-engine {config.gradient_engine}: {exc}") from exc
     batches = ShardedBatches(data.num_train, n, run.batch_size, config.seed)
     rows = transport.rows
     held = range(n)[rows]
@@ -208,8 +214,12 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
     if run.replay is not None and not method.replay(run.replay):
         raise DecobenchError(f"method {config.method} cannot follow a recorded schedule "
                              "(--replay-schedule): it has no (δ, τ) controller")
+    probe = torch.arange(local * batches.batch_size).reshape(local, -1) % data.num_train
+    probe_inputs, probe_targets = data.train_batch(probe)   # the data order is untouched
+    engine = gradients.select(method.worker_params(params), probe_inputs.to(transport.device),
+                              probe_targets.to(transport.device))
     if begin is not None:
-        begin(layout.d)
+        begin(layout.d, engine)
     leader = transport.leader
     outcome = Outcome()
     metrics_at: dict[int, float] = {}

@@ -213,8 +213,9 @@ def versions() -> dict[str, Any]:
 
 
 def resolved_config(run: PreparedRun, d: int, data_source: str,
-                    trace: Trace) -> dict[str, Any]:
-    """The fully resolved configuration written to ``config.yaml``."""
+                    trace: Trace, gradients: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The fully resolved configuration written to ``config.yaml`` (``gradients``: the
+    per-worker gradient engine and why, :meth:`decobench.gradients.WorkerGradients.select`)."""
     config = run.config.model_dump()
     config.update(
         method_options=run.options.model_dump(), out=run.config.out or str(run.out), max_iters=run.max_iters,
@@ -228,6 +229,8 @@ def resolved_config(run: PreparedRun, d: int, data_source: str,
         data_source=data_source, parameters=d, metric_name=run.task.metric_name,
         compute_time_s=run.compute_time_s, compute_time_source=run.compute_time_source,
         versions=versions())
+    if gradients is not None:
+        config["gradients"] = gradients
     return config
 
 
@@ -280,9 +283,9 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
     wall_start = time.perf_counter()
     first_pass: list[_Pass] = []
 
-    def begin(d: int, trace: Trace) -> None:
+    def begin(d: int, trace: Trace, gradients: dict[str, Any]) -> None:
         nonlocal tracker
-        resolved = resolved_config(run, d, data.source, trace)
+        resolved = resolved_config(run, d, data.source, trace, gradients)
         rundir.write_config(resolved)
         if run.condition.kind != "trace":
             write_trace(trace, rundir.path / "trace.csv", comment=f"network of this run: "
@@ -369,7 +372,7 @@ def _train_pass(run: PreparedRun, data: TaskData, evaluations: EvaluationSchedul
     _, book = evaluation_plan(run)
     trained = train(run, data, transport, evaluations, book, log, wall_start=wall_start,
                     show_progress=show_progress,
-                    begin=None if begin is None else (lambda d: begin(d, trace_for(d))),
+                    begin=None if begin is None else (lambda d, g: begin(d, trace_for(d), g)),
                     checkpoint=checkpoint, resume=resume)
     return _Pass(trained.outcome, trained.book, transport, transport.trace, trained.d,
                  trained.metrics_at)

@@ -5,6 +5,11 @@ removed) of a short simulated run, recorded before the core was restructured (is
 The run is deterministic, so on the recorded torch version the rows must be identical; on
 another torch version kernels may round differently, so floats are compared at 1e-5.
 
+The pins were recorded with the ``vmap`` gradient engine, which ``--gradient-engine vmap``
+still runs bit for bit. The default engine (``auto``: ``grouped`` on the CNN, issue 16)
+sums in another order; its rows must equal the pins at 1e-5 (measured: losses within a
+relative 2.2e-7, every other field identical).
+
 Re-pin (only when a change is meant to move the numbers, and say so in the commit):
     .venv/bin/python tests/test_pinned_metrics.py --write
 """
@@ -37,11 +42,11 @@ def _rows(out: Path) -> list[dict]:
     return rows
 
 
-def _train(method: str, out: Path, data_root: Path) -> list[dict]:
+def _train(method: str, out: Path, data_root: Path, engine: str = "vmap") -> list[dict]:
     from decobench.cli import main
 
     code = main(["run", *ARGS, "--method", method, *EXTRA.get(method, []),
-                 "--data-root", str(data_root), "--out", str(out)])
+                 "--gradient-engine", engine, "--data-root", str(data_root), "--out", str(out)])
     assert code == 0
     return _rows(out)
 
@@ -56,12 +61,13 @@ def _close(a, b, exact: bool) -> bool:
     return a == b
 
 
+@pytest.mark.parametrize("engine", ["vmap", "auto"])
 @pytest.mark.parametrize("method", METHODS)
-def test_metrics_equal_the_pinned_run(tmp_path, fmnist_root, method):
+def test_metrics_equal_the_pinned_run(tmp_path, fmnist_root, method, engine):
     pinned = json.loads((PINNED / "versions.json").read_text())
-    exact = pinned["torch"] == str(torch.__version__)
+    exact = pinned["torch"] == str(torch.__version__) and engine == "vmap"
     expected = [json.loads(line) for line in (PINNED / f"{method}.jsonl").read_text().splitlines()]
-    rows = _train(method, tmp_path / method, fmnist_root)
+    rows = _train(method, tmp_path / method, fmnist_root, engine)
     assert len(rows) == len(expected)
     for got, want in zip(rows, expected, strict=True):
         assert _close(got, want, exact), (

@@ -160,7 +160,7 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
     rundir: RunDirectory | None = None
     tracker: RunTracker = NullTracker()
 
-    def begin(d: int) -> None:
+    def begin(d: int, gradients: dict[str, Any]) -> None:
         nonlocal rundir, tracker
         if not leader:
             return
@@ -173,7 +173,7 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
         else:
             rundir = (RunDirectory.attach(run.out) if settings.attach
                       else RunDirectory(run.out, overwrite=settings.overwrite))
-        resolved = resolved_config(run, d, data.source, trace)
+        resolved = resolved_config(run, d, data.source, trace, gradients)
         resolved["emulation"] = {
             "latency_mechanism": settings.latency_mechanism, "process_group": backend,
             "device": str(device), "torch_threads_per_rank": threads,
