@@ -103,8 +103,10 @@ class RunConfig(BaseModel):
     compute_time: Literal["profile", "measured"] = Field(
         "profile", description="T per iteration: the profile's fixed value, or measured wall "
         "time of the vectorised gradient step divided by n")
-    compute_time_s: float | None = Field(None, gt=0, description="fixed per-iteration compute "
-                                         "time T in seconds, overriding the profile's")
+    compute_time_s: float | None = Field(None, gt=0, le=1e6, description="fixed per-iteration "
+                                         "compute time T in seconds (at most 1e6, 11.6 days, "
+                                         "so simulated times stay finite), overriding the "
+                                         "profile's")
     gradient_engine: Literal["auto", "grouped", "vmap", "loop"] = Field(
         "auto", description="how the n workers' gradients are computed (decobench.gradients): "
         "auto (grouped when every parameter has a rule and it matches vmap on a probe batch, "

@@ -9,13 +9,14 @@ behind per-sample gradient libraries such as Opacus, here per group of B samples
 
 One pass therefore:
 
-1. runs the model once on ``[n·B, ...]`` with hooks recording each parametrised layer's
-   input and output;
-2. asks autograd for the gradients of L with respect to those outputs only
+1. runs the model once on ``[n·B, ...]`` with forward hooks recording each parametrised
+   layer's input and putting a tensor hook on its output;
+2. asks autograd for the gradients of L with respect to the first layers' outputs only
    (``torch.autograd.grad``), so the backward pass computes input gradients down the
    network and no weight gradient at all;
-3. computes each layer's n per-worker weight gradients with its :data:`RULES` entry from
-   its input and output gradient, reshaped ``[n, B·…, ·]``.
+3. as the backward pass reaches each layer, its tensor hook computes the layer's n
+   per-worker weight gradients with its :data:`RULES` entry from its input and output
+   gradient, reshaped ``[n, B·…, ·]``.
 
 Rules exist for ``nn.Linear``, ``nn.Conv1d/2d/3d`` (zero padding), ``nn.Embedding``,
 ``nn.LayerNorm`` and ``transformers``' ``Conv1D``; outside packages add theirs with
@@ -31,6 +32,7 @@ weight outside the layer's forward would otherwise be wrong silently).
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -192,10 +194,29 @@ def unsupported(module: nn.Module, layout: FlatLayout) -> str | None:
     return None
 
 
+@dataclass
+class _Pass:
+    """One call's state: the ``[n, d]`` result being filled and the layers seen so far."""
+
+    n: int
+    samples: int
+    flat: Tensor
+    written: set[str]
+    roots: list[tuple[_Owner, Tensor, Tensor]]      # layers whose input needs no gradient
+    outputs: list[tuple[_Owner, Any, int]]          # (owner, weakref to output, version)
+
+
 class GroupedGradients:
     """``grouped(x, inputs, targets) -> (g [n, d], loss [n])`` for a shared model ``x [d]``
     (see the module docstring); raises ``ValueError`` on a model :func:`unsupported`
-    rejects."""
+    rejects.
+
+    The output gradients are taken by tensor hooks as the backward pass reaches each layer,
+    and turned into weight gradients there, so neither the outputs nor their gradients are
+    kept alive; the backward pass is asked only for the gradients of the first layers'
+    outputs (their inputs need no gradient) and of the broadcast parameters, which every
+    other layer's output lies upstream of.
+    """
 
     def __init__(self, module: nn.Module, layout: FlatLayout, loss_fn: LossFn,
                  buffers: dict[str, Tensor]) -> None:
@@ -207,36 +228,66 @@ class GroupedGradients:
         owners = _owners(module, layout)
         self.ruled = {id(o.module): o for o in owners if o.rule is not None}
         self.broadcast = [name for o in owners if o.rule is None for _, name in o.params]
-        self._calls: list[tuple[_Owner, Tensor, Tensor, int]] | None = None
-        self._samples = 0
+        self._pass: _Pass | None = None
 
     def _record(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
-        """Forward hook: keep the layer's input and output. A call shared by the whole
-        batch (first dimension 1, e.g. GPT-2's position embedding) is expanded to one row
-        per sample, so its output gradient keeps the samples apart."""
-        if self._calls is None or not isinstance(output, Tensor) or not output.requires_grad:
+        """Forward hook of a layer with a rule (see the class docstring). A call shared by
+        the whole batch (first dimension 1, e.g. GPT-2's position embedding) is expanded to
+        one row per sample, so its output gradient keeps the samples apart."""
+        state = self._pass
+        if state is None or not isinstance(output, Tensor) or not output.requires_grad:
             return None
+        owner = self.ruled[id(module)]
         if not args or not isinstance(args[0], Tensor):
-            raise RuntimeError(f"{self.ruled[id(module)].module_name} was called without a "
-                               "positional input tensor")
-        x = args[0]
-        if output.shape[:1] == (1,) and self._samples > 1 and x.shape[:1] == (1,):
-            x = x.expand(self._samples, *x.shape[1:])
-            output = output.expand(self._samples, *output.shape[1:])
-            self._calls.append((self.ruled[id(module)], x, output, output._version))
-            return output
-        self._calls.append((self.ruled[id(module)], x, output, output._version))
-        return None
+            raise RuntimeError(f"{owner.module_name} was called without a positional input "
+                               "tensor")
+        x, replaced = args[0].detach(), None
+        if output.shape[:1] == (1,) and state.samples > 1 and x.shape[:1] == (1,):
+            x = x.expand(state.samples, *x.shape[1:])
+            output = replaced = output.expand(state.samples, *output.shape[1:])
+        state.outputs.append((owner, weakref.ref(output), output._version))
+        if args[0].requires_grad:
+            output.register_hook(lambda g: self._apply(state, owner, x, g))
+        else:
+            state.roots.append((owner, x, output))
+        return replaced
+
+    def _apply(self, state: _Pass, owner: _Owner, x: Tensor, g: Tensor) -> None:
+        """A layer's n per-worker weight gradients, added into the result."""
+        assert owner.rule is not None
+        with torch.no_grad():
+            per_param = owner.rule(owner.module, x, g, state.n)
+            for local, name in owner.params:
+                if local in per_param:
+                    self._add(state, name, per_param[local])
+
+    def _add(self, state: _Pass, name: str, grad: Tensor) -> None:
+        start = self.offsets[name]
+        part = state.flat[:, start:start + grad[0].numel()]
+        if name in state.written:
+            part += grad.reshape(state.n, -1)
+        else:                                     # the first write copies (no zero fill)
+            part.copy_(grad.reshape(state.n, -1))
+            state.written.add(name)
 
     def __call__(self, params: Tensor, inputs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
         n, b = inputs.shape[0], inputs.shape[1]
         leaf = params.detach().requires_grad_(True)
         tensors = self.layout.unflatten(leaf)
+        if n == 1:                    # one worker: its gradient is the plain one (no rules)
+            with torch.enable_grad():
+                loss = self.loss_fn(functional_call(self.module, (tensors, self.buffers),
+                                                    (inputs[0],)), targets[0])
+            (grad,) = torch.autograd.grad(loss, leaf)
+            return grad.unsqueeze(0), loss.detach().unsqueeze(0)
         expanded = {}
-        for name in self.broadcast:             # one row per sample (see the docstring)
+        for name in self.broadcast:             # one row per sample (see the module docstring)
             copy = tensors[name].detach().expand(n * b, *tensors[name].shape[1:]).clone()
             expanded[name] = tensors[name] = copy.requires_grad_(True)
-        self._calls, self._samples = [], n * b
+        state = _Pass(n=n, samples=n * b, roots=[], outputs=[], written=set(),
+                      flat=torch.empty(n, self.layout.d, dtype=params.dtype,
+                                       device=params.device))
+        self._pass = state
         hooks = [owner.module.register_forward_hook(self._record)   # for this pass only
                  for owner in self.ruled.values()]
         try:
@@ -248,51 +299,31 @@ class GroupedGradients:
                 per_worker = outputs.reshape(n, b, *outputs.shape[1:]).unbind(0)
                 losses = torch.stack([self.loss_fn(out, target) for out, target
                                       in zip(per_worker, targets.unbind(0), strict=True)])
-            calls, self._calls = self._calls, None
         finally:
-            self._calls = None
+            self._pass = None
             for hook in hooks:
                 hook.remove()
-        for owner, _, output, version in calls:
-            if output._version != version:
+        for owner, ref, version in state.outputs:
+            output = ref()
+            if output is not None and output._version != version:
                 raise RuntimeError(f"{owner.module_name}'s output was modified in place; "
                                    "its output gradient would be wrong")
-        wrt = [output for _, _, output, _ in calls] + list(expanded.values())
-        grads = torch.autograd.grad(losses.sum(), wrt, allow_unused=True)
-        with torch.no_grad():
-            return self._collect(calls, grads, expanded, n, b, params), losses.detach()
-
-    def _collect(self, calls: list[tuple[_Owner, Tensor, Tensor, int]],
-                 grads: tuple[Tensor | None, ...], expanded: dict[str, Tensor], n: int,
-                 b: int, params: Tensor) -> Tensor:
-        """The ``[n, d]`` per-worker gradients from the layers' output gradients."""
-        flat = torch.empty(n, self.layout.d, dtype=params.dtype, device=params.device)
-        written: set[str] = set()
-
-        def add(name: str, grad: Tensor) -> None:     # the first write copies (no zero fill)
-            start = self.offsets[name]
-            part = flat[:, start:start + grad[0].numel()]
-            if name in written:
-                part += grad.reshape(n, -1)
-            else:
-                part.copy_(grad.reshape(n, -1))
-                written.add(name)
-
-        for (owner, x, _output, _), g in zip(calls, grads, strict=False):
-            if g is None:
-                continue
-            assert owner.rule is not None
-            per_param = owner.rule(owner.module, x.detach(), g, n)
-            for local, name in owner.params:
-                if local in per_param:
-                    add(name, per_param[local])
-        for (name, copy), g in zip(expanded.items(), grads[len(calls):], strict=True):
+        del outputs, per_worker
+        roots = state.roots
+        state.roots = []
+        wrt = [output for _, _, output in roots] + list(expanded.values())
+        grads = torch.autograd.grad(losses.sum(), wrt, allow_unused=True) if wrt else ()
+        for (owner, x, _), g in zip(roots, grads, strict=False):
             if g is not None:
-                add(name, g.reshape(n, b, *copy.shape[1:]).sum(1))
-        for name, size in zip(self.layout.names, self.layout.sizes, strict=True):
-            if name not in written:                    # not used by this loss: zero
-                flat[:, self.offsets[name]:self.offsets[name] + size] = 0
-        return flat
+                self._apply(state, owner, x, g)
+        with torch.no_grad():
+            for (name, copy), g in zip(expanded.items(), grads[len(roots):], strict=True):
+                if g is not None:
+                    self._add(state, name, g.reshape(n, b, *copy.shape[1:]).sum(1))
+            for name, size in zip(self.layout.names, self.layout.sizes, strict=True):
+                if name not in state.written:          # not used by this loss: zero
+                    state.flat[:, self.offsets[name]:self.offsets[name] + size] = 0
+        return state.flat, losses.detach()
 
 
 def _cumulative(sizes: tuple[int, ...]) -> list[int]:

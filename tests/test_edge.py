@@ -219,7 +219,7 @@ def test_trace_validate_property_one_line_or_valid(tmp_path, capsys, rows):
 
 
 _run_number = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
-                        st.sampled_from([0.0, -1.0, 1e-300, 1e300, 2.0, 0.01, 0.5]))
+                        st.sampled_from([0.0, -1.0, 1e-300, 1e300, 1.7e308, 2.0, 0.01, 0.5]))
 RUN_FLAGS = {"--lr": (0.05, _run_number), "--momentum": (0.9, _run_number),
              "--compute-time-s": (0.1, _run_number), "--target": (0.5, _run_number),
              "--batch-size": (16, st.integers(-3, 5000)), "--workers": (2, st.integers(-1, 5000))}
