@@ -160,6 +160,12 @@ def has_rank_checkpoints(run_dir: Path) -> bool:
     return bool(_rank_files(run_dir / RANK_CHECKPOINTS))
 
 
+def has_checkpoint(run_dir: Path) -> bool:
+    """Whether a run's directory holds a checkpoint: ``checkpoint.pt`` (simulated) or
+    per-rank checkpoints (emulated)."""
+    return (run_dir / CHECKPOINT).is_file() or has_rank_checkpoints(run_dir)
+
+
 def common_iteration(held: list[list[int]], where: Path) -> int:
     """The newest iteration every rank holds a checkpoint of (``held[r]``: rank r's)."""
     common = set(held[0]).intersection(*map(set, held[1:])) if held else set()

@@ -78,8 +78,7 @@ class WorkerGradients:
         ``{"engine", "reason"}`` for the run's ``config.yaml``. ``grouped`` is chosen when
         every parameter has a rule, the model is shared (``params [d]``) and its gradients
         equal ``vmap``'s on the probe (:data:`CHECK_RTOL`)."""
-        if params.dim() == 2 and self.engine == "grouped" or (
-                params.dim() == 2 and self.requested == "auto"):
+        if params.dim() == 2 and self.requested in ("auto", "grouped"):
             self.engine, self.reason = self.fallback, ("one model per worker: the workers' "
                                                        "forward passes differ")
         elif self.requested != "auto":

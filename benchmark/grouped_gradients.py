@@ -125,8 +125,7 @@ def _layer_norm(module: nn.Module, x: Tensor, g: Tensor, n: int) -> dict[str, Te
     return out
 
 
-for _cls in (nn.Linear,):
-    register_rule(_cls, _linear)
+register_rule(nn.Linear, _linear)
 for _cls in (nn.Conv1d, nn.Conv2d, nn.Conv3d):
     register_rule(_cls, _conv)
 register_rule(nn.Embedding, _embedding)
@@ -154,8 +153,6 @@ def _rule_problem(module: nn.Module) -> str | None:
     if isinstance(module, nn.Embedding) and (module.max_norm is not None
                                              or module.scale_grad_by_freq or module.sparse):
         return "max_norm, scale_grad_by_freq or sparse gradients"
-    if isinstance(module, nn.LayerNorm) and not module.elementwise_affine:
-        return None
     return None
 
 

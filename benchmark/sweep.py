@@ -135,12 +135,11 @@ def sweep_lock(out: Path) -> Iterator[None]:
 def remove_abandoned_staging(out: Path) -> list[Path]:
     """Remove the staging folders of cells an interrupted sweep left unfinished, except
     those holding a checkpoint (their cell resumes from it, :func:`run_cell`)."""
-    from decobench.checkpoint import CHECKPOINT, has_rank_checkpoints
+    from decobench.checkpoint import has_checkpoint
 
     runs = out / "runs"
     stale = [path for path in (sorted(runs.glob(STAGING_PREFIX + "*")) if runs.is_dir()
-                               else []) if not ((path / CHECKPOINT).is_file()
-                                                or has_rank_checkpoints(path))]
+                               else []) if not has_checkpoint(path)]
     for path in stale:
         shutil.rmtree(path, ignore_errors=True)
     return stale
@@ -182,14 +181,13 @@ def run_cell(cell: Cell, out: Path, wandb: bool) -> dict[str, Any]:
     worker process, or in the sweep's own process for backends that run one cell at a
     time)."""
     from decobench.backends import get_backend
-    from decobench.checkpoint import CHECKPOINT
     from decobench.runner import prepare
 
     final = run_dir(out, cell)
     staging = final.parent / f"{STAGING_PREFIX}{cell.name}"
     config = cell.config.model_copy(update={"out": str(final)})
     run = replace(prepare(config), out=staging)
-    resume = _resumable(staging / CHECKPOINT, cell.identity)
+    resume = _resumable(staging, cell.identity)
     summary = get_backend(config.backend).run(run, overwrite=not resume, show_progress=False,
                                               wandb=wandb, **({"resume": True} if resume else {}))
     try:
@@ -201,19 +199,15 @@ def run_cell(cell: Cell, out: Path, wandb: bool) -> dict[str, Any]:
     return summary
 
 
-def _resumable(path: Path, expected: str) -> bool:
+def _resumable(staging: Path, expected: str) -> bool:
     """Whether the staging folder of an interrupted cell holds a checkpoint of this cell (an
     emulated cell: per-rank checkpoints, which the ranks check when they load them)."""
-    from decobench.checkpoint import has_rank_checkpoints
+    from decobench.checkpoint import CHECKPOINT, has_rank_checkpoints, load_checkpoint
 
-    if has_rank_checkpoints(path.parent) and not (path.parent / "summary.json").is_file():
-        return True
-    if not path.is_file():
-        return False
-    from decobench.checkpoint import load_checkpoint
-
+    if has_rank_checkpoints(staging):
+        return not (staging / SUMMARY).is_file()
     try:
-        load_checkpoint(path, expected)
+        load_checkpoint(staging / CHECKPOINT, expected)   # none, finished or another run's
     except DecobenchError:
         return False
     return True

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from edge_outcome import assert_one_line_error, assert_sane_summary
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -244,11 +245,6 @@ def test_run_property_one_line_or_a_finished_run(tmp_path_factory, fmnist_root, 
     captured = capsys.readouterr()
     event(f"exit {code}")
     if code == 0:
-        summary = json.loads((out / "summary.json").read_text())
-        assert math.isfinite(summary["sim_time_s"]) and summary["iterations"] >= 1
-        assert summary["status"] in {"finished", "budget_exhausted", "diverged"}
+        assert_sane_summary(json.loads((out / "summary.json").read_text()))
     else:
-        lines = captured.err.strip().splitlines()
-        assert code == 2 and len(lines) == 1 and lines[0].startswith("decobench: error: "), \
-            captured.err
-        assert not out.exists()
+        assert_one_line_error(code, captured.err, out)

@@ -9,6 +9,7 @@ import json
 import math
 
 import yaml
+from edge_outcome import assert_one_line_error, assert_sane_summary
 from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
@@ -92,10 +93,6 @@ def test_sweep_property_one_line_or_finished_runs(tmp_path_factory, fmnist_root,
         manifest = json.loads((out / "manifest.json").read_text())
         assert summaries and len(summaries) == len(manifest["cells"])
         for summary in summaries:
-            assert math.isfinite(summary["sim_time_s"]) and summary["iterations"] >= 1
-            assert summary["status"] in {"finished", "budget_exhausted", "diverged"}
+            assert_sane_summary(summary)
     else:
-        lines = captured.err.strip().splitlines()
-        assert code == 2 and len(lines) == 1 and lines[0].startswith("decobench: error: "), \
-            captured.err
-        assert not out.exists()
+        assert_one_line_error(code, captured.err, out)
