@@ -71,6 +71,7 @@ from decobench.methods.base import (
     Sent,
     summed,
 )
+from decobench.methods.decisions import network_independent
 from decobench.optimizer import OptimizerConfig, SharedOptimizer, learning_rate
 from decobench.wire import topk_count
 
@@ -369,4 +370,5 @@ def build_accordion(context: MethodContext, options: AccordionOptions) -> Method
 
 ACCORDION_SPEC = MethodSpec("accordion", "Accordion: per-layer Top-k with error feedback, "
                             "more coordinates kept in detected critical regimes (τ = 0)",
-                            AccordionOptions, build_accordion)
+                            AccordionOptions, build_accordion,
+                            network_decisions=network_independent)

@@ -43,6 +43,11 @@ from decobench.methods.controllers import (
     deco_controller,
 )
 from decobench.methods.ddefsgd import DDEFSGD
+from decobench.methods.decisions import (
+    NETWORK_INDEPENDENT,
+    ControllerDecisions,
+    DecisionPolicy,
+)
 from decobench.methods.options import PlannerOptions
 
 REFERENCE_DELTA = 0.02
@@ -125,14 +130,28 @@ def cocktail_controller(context: MethodContext, options: CocktailOptions) -> Con
     return deco_controller(context, options, interval=PLAN_ONCE)
 
 
-def build_cocktail_sgd(context: MethodContext, options: CocktailOptions) -> Method:
-    compressor = CocktailCompressor(
+def _compressor(context: MethodContext, options: CocktailOptions) -> CocktailCompressor:
+    return CocktailCompressor(
         context.d, seed=context.seed, quant_bits=options.cocktail_quant_bits,
         bucket_size=options.cocktail_bucket_size,
         max_sample_fraction=options.cocktail_max_sample_fraction)
-    return CocktailSGD(context, compressor, cocktail_controller(context, options))
+
+
+def build_cocktail_sgd(context: MethodContext, options: CocktailOptions) -> Method:
+    return CocktailSGD(context, _compressor(context, options),
+                       cocktail_controller(context, options))
+
+
+def cocktail_sgd_decisions(context: MethodContext, options: CocktailOptions) -> DecisionPolicy:
+    """A static pair (reference recipe or by hand) reads no network; DeCo's first plan does."""
+    controller = cocktail_controller(context, options)
+    if isinstance(controller, StaticController):
+        return NETWORK_INDEPENDENT
+    compressor = _compressor(context, options)
+    return ControllerDecisions(controller, lambda delta: compressor.size(delta, context.d))
 
 
 COCKTAIL_SGD_SPEC = MethodSpec(
     "cocktail-sgd", "CocktailSGD: random sample, Top-k and 4-bit quantisation with error "
-    "feedback, static (δ, τ) = DeCo's first plan", CocktailOptions, build_cocktail_sgd)
+    "feedback, static (δ, τ) = DeCo's first plan", CocktailOptions, build_cocktail_sgd,
+    network_decisions=cocktail_sgd_decisions)

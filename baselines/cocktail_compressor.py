@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from decobench.compressors import Compressed
+from decobench.compressors import Compressed, WireSize
 from decobench.wire import topk_count
 
 SCALE_BITS = 16
@@ -196,6 +196,12 @@ class CocktailCompressor:
         self.decoder = CocktailDecoder(self.offset, quant_bits, bucket_size)
         self.last_split: CocktailSplit | None = None
 
+    def size(self, delta: float, d: int) -> WireSize:
+        """W = m + k·b + 16·⌈k / bucket_size⌉ bits, never dense, δ = k/d."""
+        split = split_ratio(delta, d, self.max_sample_fraction)
+        return WireSize(wire_bits(split, self.quant_bits, self.bucket_size), False,
+                        split.kept / d)
+
     def compress(self, p: Tensor, delta: float, iteration: int = 0) -> Compressed:
         n, d = p.shape
         if d != self.d:
@@ -208,7 +214,7 @@ class CocktailCompressor:
         values, scales, q = quantise_levels(torch.gather(sampled, 1, chosen), self.quant_bits,
                                             self.bucket_size)
         self.last_split = split
+        wire = self.size(delta, d)
         return Compressed(values=values, indices=positions[chosen], d=d,
-                          bits_per_worker=wire_bits(split, self.quant_bits, self.bucket_size),
-                          delta=split.kept / d,
+                          bits_per_worker=wire.bits_per_worker, delta=wire.delta,
                           wire=CocktailWire(self.decoder, split.sampled, chosen, q, scales))

@@ -23,6 +23,7 @@ from decobench.compressors import TopKCompressor
 from decobench.methods.base import Method, MethodContext, MethodSpec
 from decobench.methods.controllers import PLAN_ONCE, deco_controller
 from decobench.methods.ddefsgd import DDEFSGD
+from decobench.methods.decisions import ControllerDecisions, DecisionPolicy
 from decobench.methods.options import PlannerOptions
 
 
@@ -35,7 +36,14 @@ def build_cocktail_topk(context: MethodContext, options: CocktailTopKOptions) ->
                                                               interval=PLAN_ONCE))
 
 
+def cocktail_topk_decisions(context: MethodContext,
+                            options: CocktailTopKOptions) -> DecisionPolicy:
+    """The probe, then DeCo's first plan (it depends on the network it measured)."""
+    return ControllerDecisions(deco_controller(context, options, interval=PLAN_ONCE),
+                               lambda delta: TopKCompressor().size(delta, context.d))
+
+
 COCKTAIL_TOPK_SPEC = MethodSpec(
     "cocktail-sgd-topk", "the DeCo paper's static strategy ('CocktailSGD' as the paper ran "
     "it): global Top-k DD-EF-SGD with (δ, τ) frozen at DeCo's first plan",
-    CocktailTopKOptions, build_cocktail_topk)
+    CocktailTopKOptions, build_cocktail_topk, network_decisions=cocktail_topk_decisions)

@@ -70,6 +70,7 @@ from decobench.methods.base import (
     Sent,
     summed,
 )
+from decobench.methods.decisions import NETWORK_INDEPENDENT, Decision, DecisionPolicy
 from decobench.optimizer import SharedOptimizer
 from decobench.wire import dense_wire_bits
 
@@ -120,6 +121,41 @@ def dga_delay(compute_s: float, transmit_s: float, latency_s: float, delay_max: 
     return delay
 
 
+class DelayChoice(DecisionPolicy):
+    """DGA's decisions: D as given, or D = 0 (the probe) until the first measured transfer
+    fixes it with :func:`dga_delay`; every message is dense (32 d bits). The log of the
+    iteration D is chosen at names it and the measurements it came from (a given D is
+    logged at iteration 0, unless ``log_given`` is False)."""
+
+    def __init__(self, d: int, delay: int | None, delay_max: int,
+                 log_given: bool = True) -> None:
+        self.d, self.delay, self.delay_max = d, delay, delay_max
+        self._log: dict[str, Any] = (
+            {"dga_delay": delay} if delay is not None and log_given else {})
+
+    def observe(self, observation: Observation) -> None:
+        if self.delay is not None:
+            return
+        compute_s = observation.compute_s
+        transmit_s = observation.tx_end_s - observation.tx_start_s
+        latency_s = observation.arrive_s - observation.tx_end_s
+        self.delay = dga_delay(compute_s, transmit_s, latency_s, self.delay_max)
+        self._log = {"dga_delay": self.delay, "dga_compute_s": compute_s,
+                     "dga_transmit_s": transmit_s, "dga_latency_s": latency_s}
+
+    def decide(self, iteration: int) -> Decision:
+        log, self._log = self._log, {}
+        return Decision(1.0, 0 if self.delay is None else self.delay,
+                        dense_wire_bits(self.d), True, log)
+
+
+def dga_decisions(context: MethodContext, options: DGAOptions) -> DecisionPolicy:
+    """A given D reads no network; the automatic D is chosen from the first transfer."""
+    if options.dga_delay is not None:
+        return NETWORK_INDEPENDENT
+    return DelayChoice(context.d, None, options.dga_delay_max)
+
+
 @dataclass
 class WorkerModels:
     """The n workers' models w^j = shared + in_flight[j]: the part they all hold (x̄) and each
@@ -162,31 +198,25 @@ class DGA(Method):
 
     def __init__(self, context: MethodContext, options: DGAOptions) -> None:
         self.context = context
-        self.delay_max = options.dga_delay_max
-        self.delay: int | None = options.dga_delay
+        self.choice = DelayChoice(context.d, options.dga_delay, options.dga_delay_max)
         self.optimizer = SharedOptimizer(context.optimizer)
         self.replayed: tuple[int, ...] = ()
         self.sent_local: dict[int, Tensor] = {}   # iteration s -> these workers' Δ^j_s
-        self.bits_per_worker = dense_wire_bits(context.d)
         self.workers: WorkerModels | None = None
-        self._log: dict[str, Any] = (
-            {} if options.dga_delay is None else {"dga_delay": options.dga_delay})
 
     @property
     def models(self) -> Tensor | None:
         """The ``[n, d]`` stack of the workers' models (None before the first iteration)."""
         return None if self.workers is None else self.workers.stack()
 
+    @property
+    def delay(self) -> int | None:
+        """D (None until it is chosen)."""
+        return self.choice.delay
+
     def observe(self, observation: Observation) -> None:
         """The first measured transfer fixes D (once); later ones are ignored."""
-        if self.delay is not None:
-            return
-        compute_s = observation.compute_s
-        transmit_s = observation.tx_end_s - observation.tx_start_s
-        latency_s = observation.arrive_s - observation.tx_end_s
-        self.delay = dga_delay(compute_s, transmit_s, latency_s, self.delay_max)
-        self._log = {"dga_delay": self.delay, "dga_compute_s": compute_s,
-                     "dga_transmit_s": transmit_s, "dga_latency_s": latency_s}
+        self.choice.observe(observation)
 
     def worker_params(self, params: Tensor) -> Tensor:
         return self._workers(params).stack()
@@ -205,8 +235,8 @@ class DGA(Method):
     def replay(self, schedules: Sequence[Any]) -> bool:
         """Send with the recorded τ of each iteration (D as an earlier run chose it)."""
         self.replayed = tuple(int(s.staleness) for s in schedules)
-        self.delay = self.replayed[-1]
-        self._log = {}
+        self.choice = DelayChoice(self.context.d, self.replayed[-1], self.choice.delay_max,
+                                  log_given=False)
         return True
 
     def send(self, iteration: int, params: Tensor, gradients: Tensor) -> Sent:
@@ -214,16 +244,14 @@ class DGA(Method):
         its own model at once and sent dense with staleness D."""
         workers = self._workers(params)
         local = self.optimizer.change(workers.stack(), gradients, iteration)
-        if self.replayed:
-            staleness = self.replayed[min(iteration, len(self.replayed) - 1)]
-        else:
-            staleness = 0 if self.delay is None else self.delay
+        decision = self.choice.decide(iteration)
+        staleness = (self.replayed[min(iteration, len(self.replayed) - 1)] if self.replayed
+                     else decision.staleness)
         workers.apply_local(local)
         self.sent_local[iteration] = local
-        log, self._log = self._log, {}
         payload = Compressed(values=local, indices=None, d=self.context.d,
-                             bits_per_worker=self.bits_per_worker, delta=1.0)
-        return Sent(payload, staleness, log)
+                             bits_per_worker=decision.bits_per_worker, delta=decision.delta)
+        return Sent(payload, staleness, decision.log)
 
     def receive(self, iteration: int, params: Tensor, due: Sequence[Due]) -> dict[str, Any]:
         """Aggregation half: each worker swaps its own stale Δ^j_s for the average
@@ -247,4 +275,4 @@ def build_dga(context: MethodContext, options: DGAOptions) -> Method:
 
 DGA_SPEC = MethodSpec("dga", "DGA: per-worker models, each swaps its local update for the "
                       "workers' average D iterations later (hides latency)", DGAOptions,
-                      build_dga)
+                      build_dga, network_decisions=dga_decisions)

@@ -12,6 +12,7 @@ from decobench.compressors import DenseCompressor
 from decobench.methods.base import Method, MethodContext, MethodOptions, MethodSpec
 from decobench.methods.controllers import StaticController
 from decobench.methods.ddefsgd import DDEFSGD
+from decobench.methods.decisions import network_independent
 
 
 class DSGDOptions(MethodOptions):
@@ -23,4 +24,4 @@ def build_dsgd(context: MethodContext, options: DSGDOptions) -> Method:
 
 
 DSGD_SPEC = MethodSpec("d-sgd", "D-SGD: synchronous data-parallel SGD, dense all-reduce",
-                       DSGDOptions, build_dsgd)
+                       DSGDOptions, build_dsgd, network_decisions=network_independent)

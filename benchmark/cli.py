@@ -190,6 +190,11 @@ def _add_sweep(sub: Any, argv: Sequence[str]) -> None:
     sweep.add_argument("--dry-run", action="store_true", help="check the suite, list the "
                        "runs still to do and their cost on one GPU (an upper bound from "
                        "documented per-iteration times); run nothing")
+    sweep.add_argument("--no-reuse", action="store_true", help="train every cell; by "
+                       "default cells that would train the same trajectory (same task, seed and "
+                       "options, and a method that decides the same on their networks) train "
+                       "it once and the others are re-timed from it on the event clock "
+                       "(docs/suites.md \"Trajectory reuse\")")
     sweep.add_argument("--no-wandb", action="store_true", help="do not log runs to Weights & "
                        "Biases (default: offline logs in each run directory)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bar (one line "
@@ -308,11 +313,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     try:
         plan = sweep(suite, out, jobs=args.jobs, data_roots=data_roots,
                      wandb=not args.no_wandb, show_progress=not args.no_progress,
-                     dry_run=args.dry_run, backend=args.backend)
+                     dry_run=args.dry_run, backend=args.backend, reuse=not args.no_reuse)
     except SweepInterrupted as stop:
         again = ["decobench", "sweep", args.suite, "--out", str(out),
                  *(f"--data-root={root}" for root in args.data_root),
                  *(["--backend", args.backend] if args.backend else []),
+                 *(["--no-reuse"] if args.no_reuse else []),
                  *(["--jobs", str(args.jobs)] if args.jobs else [])]
         print(f"decobench: interrupted: {stop.finished} of {stop.total} runs finished, the "
               f"ones in flight were stopped; resume with: {shlex.join(again)}",

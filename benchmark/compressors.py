@@ -18,6 +18,16 @@ from decobench.wire import dense_wire_bits, topk_count, topk_wire_bits
 
 
 @dataclass(frozen=True)
+class WireSize:
+    """What a compressor sends at a requested δ, known without the data: bits per worker,
+    whether the message is dense, and the kept fraction δ it really sends (k/d)."""
+
+    bits_per_worker: int
+    dense: bool
+    delta: float
+
+
+@dataclass(frozen=True)
 class Update:
     """An aggregated update u = (1/n) Σ_i Δ^i as it arrives at every worker.
 
@@ -111,16 +121,25 @@ class Compressor(Protocol):
 
     def compress(self, p: Tensor, delta: float, iteration: int = 0) -> Compressed: ...
 
+    def size(self, delta: float, d: int) -> WireSize:
+        """What :meth:`compress` sends at ``delta`` for d parameters, without the data
+        (trajectory reuse, :mod:`decobench.methods.decisions`)."""
+        ...
+
 
 class DenseCompressor:
     """No compression (δ = 1): every worker sends its whole fp32 vector, W = 32 d."""
 
     name = "dense"
 
+    def size(self, delta: float, d: int) -> WireSize:
+        return WireSize(dense_wire_bits(d), True, 1.0)
+
     def compress(self, p: Tensor, delta: float = 1.0, iteration: int = 0) -> Compressed:
         d = p.shape[1]
+        wire = self.size(delta, d)
         return Compressed(values=p.clone(), indices=None, d=d,
-                          bits_per_worker=dense_wire_bits(d), delta=1.0)
+                          bits_per_worker=wire.bits_per_worker, delta=wire.delta)
 
 
 class TopKCompressor:
@@ -133,15 +152,22 @@ class TopKCompressor:
 
     name = "topk"
 
-    def compress(self, p: Tensor, delta: float, iteration: int = 0) -> Compressed:
-        n, d = p.shape
+    def size(self, delta: float, d: int) -> WireSize:
         k = topk_count(delta, d)
         if k >= d:
+            return DenseCompressor().size(1.0, d)
+        return WireSize(topk_wire_bits(k, d), False, k / d)
+
+    def compress(self, p: Tensor, delta: float, iteration: int = 0) -> Compressed:
+        n, d = p.shape
+        wire = self.size(delta, d)
+        if wire.dense:
             return DenseCompressor().compress(p)
+        k = topk_count(delta, d)
         _, indices = torch.topk(p.abs(), k, dim=1, sorted=False)
         values = torch.gather(p, 1, indices)
         return Compressed(values=values, indices=indices, d=d,
-                          bits_per_worker=topk_wire_bits(k, d), delta=k / d)
+                          bits_per_worker=wire.bits_per_worker, delta=wire.delta)
 
 
 COMPRESSORS: dict[str, type] = {"dense": DenseCompressor, "topk": TopKCompressor}

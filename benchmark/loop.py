@@ -3,7 +3,7 @@
 Iteration k of the process (which holds the workers ``transport.rows``)::
 
     method.observe(o)              for each transfer the transport reports before k
-    g = ∇f_i(x_k) for the workers i this process holds      (one vectorised pass)
+    g = ∇f_i(x_k) for the workers i this process holds      (learner.compute)
     sent = method.send(k, x_k, g)                            worker half (deco-sgd.md §2)
     transport.submit(k, sent)      the collective on the emulated backend, the event clock
                                    (deco-sgd.md §4) on the simulated one
@@ -19,7 +19,9 @@ message is due everywhere), so every rank leaves after the same iteration.
 What differs between backends lives in the transport: which workers a process computes,
 the clock (simulated or measured), the fields of the row that time an iteration, how a
 stop or a divergence is agreed. Set-up, evaluation, targets, status, rows, progress and
-tracking are here, once.
+tracking are here, once. The model side (gradients, the method's halves, evaluation) is a
+:class:`Learner`: the model itself (:class:`ModelLearner`), or a recorded trajectory played
+back on another network's clock (:mod:`decobench.trajectory`).
 """
 
 from __future__ import annotations
@@ -175,11 +177,125 @@ def record_evaluation(outcome: Outcome, book: TargetBook, target: float | None,
         row["target_reached"] = True
 
 
+class Learner(Protocol):
+    """The model side of training, which the loop drives over a :class:`Transport`: the
+    gradients, the method's two halves and evaluation (:class:`ModelLearner`), or a recorded
+    trajectory played back on another clock (:class:`decobench.trajectory.RecordedLearner`).
+
+    ``d``: the model's parameter count; ``gradients_info``: how the per-worker gradients are
+    computed and why (``config.yaml`` ``gradients``).
+    """
+
+    d: int
+    gradients_info: dict[str, Any]
+
+    def observe(self, observation: Observation) -> None:
+        """A transfer has arrived (before iteration ``k`` starts): give it to the method."""
+
+    def compute(self, iteration: int) -> float:
+        """The gradients of iteration ``iteration`` for the workers this process holds;
+        returns their mean loss."""
+
+    def send(self, iteration: int) -> Sent:
+        """The method's worker half on those gradients."""
+
+    def receive(self, iteration: int, due: Sequence[Due]) -> dict[str, Any]:
+        """The method's aggregation half: x_{k+1} from the messages due; its log fields."""
+
+    def evaluate(self, iterations: int, in_flight: Callable[[], Sequence[Due]]) -> float:
+        """The task's metric of the model after ``iterations`` iterations."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue after the last completed iteration."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`."""
+
+
+class ModelLearner:
+    """A :class:`Learner` that trains: the model, its flat parameters and per-worker
+    gradients, the method, and the batches, all built from the run's seed.
+
+    ``rows``: the workers whose gradients this process computes; the gradient engine is
+    chosen on a probe batch (the first B examples of each of those workers; the data order
+    is untouched) by :meth:`decobench.gradients.WorkerGradients.select`.
+    """
+
+    def __init__(self, run: Any, data: TaskData, rows: slice, device: torch.device) -> None:
+        config, task = run.config, run.task
+        n = config.workers
+        model = build_seeded_model(task, run.profile, config.seed).to(device)
+        layout = FlatLayout.of(model)
+        self.params = layout.flatten(model).to(device)
+        try:
+            self.gradients = WorkerGradients(model, layout, task.loss, vectorise=task.vectorise,
+                                             engine=config.gradient_engine)
+        except ValueError as exc:             # --gradient-engine grouped on a model without rules
+            raise DecobenchError(f"--gradient-engine {config.gradient_engine}: {exc}") from exc
+        self.batches = ShardedBatches(data.num_train, n, run.batch_size, config.seed)
+        held = range(n)[rows]
+        local = len(held)
+        self.method = run.spec.build(
+            MethodContext(d=layout.d, workers=n, topology=config.topology,
+                          optimizer=run.optimizer,
+                          param_shapes=tuple(zip(layout.names, layout.shapes, strict=True)),
+                          device=device, seed=config.seed,
+                          iterations_per_epoch=self.batches.iterations_per_epoch,
+                          max_iters=run.max_iters, gradient_rows=None if local == n else local,
+                          first_worker=held.start),
+            run.options)
+        if run.replay is not None and not self.method.replay(run.replay):
+            raise DecobenchError(f"method {config.method} cannot follow a recorded schedule "
+                                 "(--replay-schedule): it has no (δ, τ) controller")
+        probe = torch.arange(local * self.batches.batch_size).reshape(local, -1) % data.num_train
+        probe_inputs, probe_targets = data.train_batch(probe)
+        self.gradients_info = self.gradients.select(
+            self.method.worker_params(self.params), probe_inputs.to(device),
+            probe_targets.to(device))
+        self.d = layout.d
+        self.data, self.task, self.rows, self.device = data, task, rows, device
+        self._grads: torch.Tensor | None = None
+
+    def observe(self, observation: Observation) -> None:
+        self.method.observe(observation)
+
+    def compute(self, iteration: int) -> float:
+        inputs, targets = self.data.train_batch(self.batches.next()[self.rows])
+        self._grads, losses = self.gradients(self.method.worker_params(self.params),
+                                             inputs.to(self.device), targets.to(self.device))
+        return float(losses.mean())
+
+    def send(self, iteration: int) -> Sent:
+        grads, self._grads = self._grads, None
+        assert grads is not None, "send() follows compute()"
+        return self.method.send(iteration, self.params, grads)
+
+    def receive(self, iteration: int, due: Sequence[Due]) -> dict[str, Any]:
+        return self.method.receive(iteration, self.params, due)
+
+    def evaluate(self, iterations: int, in_flight: Callable[[], Sequence[Due]]) -> float:
+        eval_params = self.method.evaluation_params(self.params, in_flight)
+        return self.task.evaluate(lambda inputs: self.gradients.forward(eval_params, inputs),
+                                  self.data)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"params": self.params, "method": self.method, "batches": self.batches,
+                "model": self.gradients.module.state_dict(), "rng": torch.get_rng_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.params.copy_(state["params"].to(self.device))
+        self.method, self.batches = state["method"], state["batches"]
+        self.gradients.module.load_state_dict(state["model"])
+        torch.set_rng_state(state["rng"])
+
+
 def train(run: Any, data: TaskData, transport: Transport, evaluations: EvaluationSchedule,
           book: TargetBook, log: Callable[[dict[str, Any]], None], *, wall_start: float,
-          show_progress: bool, begin: Callable[[int], None] | None = None,
-          checkpoint: Any = None, resume: dict[str, Any] | None = None) -> Trained:
-    """Build the model, method and batches from the seed and train once over ``transport``.
+          show_progress: bool, begin: Callable[[int, dict[str, Any]], None] | None = None,
+          checkpoint: Any = None, resume: dict[str, Any] | None = None,
+          learner: Learner | None = None) -> Trained:
+    """Train once over ``transport``: ``learner`` (default: a :class:`ModelLearner` built
+    from the run's seed for the transport's rows) drives the model side.
 
     ``run`` is a :class:`decobench.runner.PreparedRun`; ``log`` receives the leader's
     metrics rows; ``begin(d, gradients)`` is called once the model exists, before training
@@ -190,36 +306,10 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
     state when the transport agrees it is due; ``resume``: a saved state to continue from.
     """
     config, task = run.config, run.task
-    n = config.workers
-    model = build_seeded_model(task, run.profile, config.seed).to(transport.device)
-    layout = FlatLayout.of(model)
-    params = layout.flatten(model).to(transport.device)
-    try:
-        gradients = WorkerGradients(model, layout, task.loss, vectorise=task.vectorise,
-                                    engine=config.gradient_engine)
-    except ValueError as exc:                 # --gradient-engine grouped on a model without rules
-        raise DecobenchError(f"--gradient-engine {config.gradient_engine}: {exc}") from exc
-    batches = ShardedBatches(data.num_train, n, run.batch_size, config.seed)
-    rows = transport.rows
-    held = range(n)[rows]
-    local = len(held)
-    method = run.spec.build(
-        MethodContext(d=layout.d, workers=n, topology=config.topology, optimizer=run.optimizer,
-                      param_shapes=tuple(zip(layout.names, layout.shapes, strict=True)),
-                      device=transport.device, seed=config.seed,
-                      iterations_per_epoch=batches.iterations_per_epoch,
-                      max_iters=run.max_iters, gradient_rows=None if local == n else local,
-                      first_worker=held.start),
-        run.options)
-    if run.replay is not None and not method.replay(run.replay):
-        raise DecobenchError(f"method {config.method} cannot follow a recorded schedule "
-                             "(--replay-schedule): it has no (δ, τ) controller")
-    probe = torch.arange(local * batches.batch_size).reshape(local, -1) % data.num_train
-    probe_inputs, probe_targets = data.train_batch(probe)   # the data order is untouched
-    engine = gradients.select(method.worker_params(params), probe_inputs.to(transport.device),
-                              probe_targets.to(transport.device))
+    if learner is None:
+        learner = ModelLearner(run, data, transport.rows, transport.device)
     if begin is not None:
-        begin(layout.d, engine)
+        begin(learner.d, learner.gradients_info)
     leader = transport.leader
     outcome = Outcome()
     metrics_at: dict[int, float] = {}
@@ -227,19 +317,12 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
     progress = RunProgress(total=run.max_iters, metric_name=task.metric_name,
                            enabled=show_progress and leader)
 
-    def evaluate() -> float:
-        eval_params = method.evaluation_params(params, transport.in_flight)
-        return task.evaluate(lambda inputs: gradients.forward(eval_params, inputs), data)
-
     first = 0
     if resume is not None:                 # continue after the checkpointed iteration
-        params.copy_(resume["params"].to(transport.device))
-        method, batches = resume["method"], resume["batches"]
+        learner.load_state_dict(resume["learner"])
         outcome, book, metrics_at = resume["outcome"], resume["book"], resume["metrics_at"]
-        gradients.module.load_state_dict(resume["model"])
-        torch.set_rng_state(resume["rng"])
         first = resume["iteration"]
-    transport.start(layout.d, None if resume is None else resume["transport"])
+    transport.start(learner.d, None if resume is None else resume["transport"])
 
     def save_checkpoint(k: int) -> None:
         """After iteration k, when the transport says every process saves now."""
@@ -250,19 +333,14 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
             rows_out.known(transport.losses())
         assert not rows_out.pending, "a checkpoint needs every row written"
         checkpoint.save({
-            "iteration": k + 1, "params": params, "method": method, "batches": batches,
-            "outcome": outcome, "book": book, "metrics_at": metrics_at, "transport": state,
-            "model": gradients.module.state_dict(), "rng": torch.get_rng_state()})
+            "iteration": k + 1, "learner": learner.state_dict(), "outcome": outcome,
+            "book": book, "metrics_at": metrics_at, "transport": state})
     with progress:
         for k in range(first, run.max_iters):
             for observation in transport.observations(k):
-                method.observe(observation)
-            batch = batches.next()[rows]
+                learner.observe(observation)
             t0 = time.perf_counter()
-            inputs, targets = data.train_batch(batch)
-            grads, losses = gradients(method.worker_params(params),
-                                      inputs.to(transport.device), targets.to(transport.device))
-            loss = float(losses.mean())
+            loss = learner.compute(k)
             if not math.isfinite(loss):
                 transport.flag_divergence(k)
             if transport.diverged_at() is not None:      # agreed at once (one process)
@@ -273,10 +351,10 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
                                      "wall_time_s": time.perf_counter() - wall_start})
                     rows_out.known({k: loss})
                 break
-            sent = method.send(k, params, grads)
+            sent = learner.send(k)
             transport.submit(k, sent, loss)
             due = transport.due(k)
-            step = sent.result(len(due), method.receive(k, params, due))
+            step = sent.result(len(due), learner.receive(k, due))
             times = transport.complete(k, sent, time.perf_counter() - t0)
             outcome.bits_sent += step.bits_per_worker
             outcome.iterations = k + 1
@@ -300,7 +378,7 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
             if evaluations.due(k + 1, book) or last:
                 ready = transport.model_ready_s()
                 with transport.evaluation_pause():
-                    metric = evaluate()
+                    metric = learner.evaluate(k + 1, transport.in_flight)
                 metrics_at[k + 1] = metric
                 record_evaluation(outcome, book, config.target, row, k + 1, metric,
                                   task.metric_name, ready)
@@ -324,7 +402,7 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
     if leader:
         rows_out.known(transport.losses())
         rows_out.close()
-    return Trained(outcome, book, layout.d, metrics_at)
+    return Trained(outcome, book, learner.d, metrics_at)
 
 
 class _RowsInOrder:

@@ -24,7 +24,8 @@ PARTIAL_SUFFIX = ".partial"
 RUN_FILES = frozenset({CONFIG, METRICS, METRICS + PARTIAL_SUFFIX, "trace.csv", "wandb",
                        "checkpoint.pt", "checkpoints",
                        "failure.json", "network_probe.json", "tc_commands.txt",
-                       "trace_player.jsonl", "launch", "workers", ".clock_start"})
+                       "trace_player.jsonl", "launch", "workers", ".clock_start",
+                       "trajectory.pt"})
 """Names a run directory may hold before its summary is written: a folder holding only
 these and no summary is an unfinished run, which a new run replaces without --overwrite."""
 

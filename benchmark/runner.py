@@ -14,6 +14,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from decobench.evaluation import (
     milestone_records,
     refine_windows,
 )
-from decobench.loop import Outcome, train
+from decobench.loop import Learner, ModelLearner, Outcome, train
 from decobench.methods import MethodOptions, MethodSpec, get_method_spec
 from decobench.netem.trace import Trace, load_trace, resolve_trace_path, write_trace
 from decobench.optimizer import OptimizerConfig
@@ -46,6 +47,14 @@ from decobench.suite import identity
 from decobench.tasks import Task, TaskData, TaskProfile, get_task
 from decobench.tasks.base import parameter_count
 from decobench.tracking import NullTracker, RunTracker, TrackerFactory
+from decobench.trajectory import (
+    TRAJECTORY,
+    RecordedLearner,
+    RecordingLearner,
+    Reuse,
+    Trajectory,
+    decision_policy,
+)
 
 
 @dataclass(frozen=True)
@@ -249,11 +258,16 @@ def load_task_data(run: PreparedRun) -> TaskData:
 
 def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = True,
             tracker_factory: TrackerFactory | None = None,
-            resume: bool = False) -> dict[str, Any]:
+            resume: bool = False, reuse: Reuse | None = None) -> dict[str, Any]:
     """Train and write the run directory; returns the summary.
 
     ``tracker_factory(resolved_config, run_dir)`` opens a :class:`RunTracker` (e.g. W&B)
     that receives every metrics row and the summary; default: no tracking.
+
+    ``reuse`` (:mod:`decobench.trajectory`): with a ``source`` run directory, re-time that
+    run's recorded trajectory on this run's network instead of training (no checkpoints: it
+    is quick); without one, train and record the trajectory in ``RUN_DIR/trajectory.pt``.
+    ``config.yaml`` and ``summary.json`` say which (``trajectory``, ``retimed_from``).
 
     **Refine pass.** A target first met at an evaluation whose bracket is wider than the fine
     cadence ``E_f`` (the metric jumped past the fine window between two evaluations) is
@@ -270,9 +284,17 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
                              "runs through decobench.emulated.launcher.launch")
     data = load_task_data(run)
     check_batch_size(data.num_train, config.workers, run.batch_size)
-    checkpoint = Checkpointer(run.out / CHECKPOINT, config.checkpoint_every_s,
-                              identity(config))
-    state = load_checkpoint(checkpoint.path, checkpoint.fingerprint) if resume else None
+    retime = reuse is not None and reuse.source is not None
+    checkpoint = (None if retime else Checkpointer(run.out / CHECKPOINT,
+                                                  config.checkpoint_every_s, identity(config)))
+    state = (load_checkpoint(checkpoint.path, checkpoint.fingerprint)
+             if resume and checkpoint is not None else None)
+    if reuse is not None and state is not None and "trajectory" not in state["learner"]:
+        print(f"{run.out}: its checkpoint was saved without recording the trajectory, so "
+              "this run does not record it", file=sys.stderr)
+        reuse = None
+    recorded = None if reuse is None else reuse.trajectory()
+    learner_for = _learner_factory(run, data, reuse, recorded)
     # nothing is written before this line
     rundir = (RunDirectory.resume(run.out, state["iteration"]) if state is not None
               else RunDirectory(run.out, overwrite=overwrite))
@@ -286,6 +308,8 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
     def begin(d: int, trace: Trace, gradients: dict[str, Any]) -> None:
         nonlocal tracker
         resolved = resolved_config(run, d, data.source, trace, gradients)
+        if reuse is not None:
+            resolved["trajectory"] = reuse.describe(run.out)
         rundir.write_config(resolved)
         if run.condition.kind != "trace":
             write_trace(trace, rundir.path / "trace.csv", comment=f"network of this run: "
@@ -302,7 +326,7 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
         if state is None:
             rundir.open_metrics()
         first = _train_pass(run, data, evaluations, log, wall_start, show_progress, begin,
-                            checkpoint=checkpoint, resume=state)
+                            checkpoint=checkpoint, resume=state, learner_for=learner_for)
         first_pass.append(first)
         result, refined = first, []
         windows = refine_windows(first.book, config.fine_eval_every)
@@ -310,7 +334,7 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
             rundir.abandon_metrics()
             rundir.open_metrics()
             result = _train_pass(run, data, evaluations.with_windows(windows), rundir.log,
-                                 wall_start, show_progress, None)
+                                 wall_start, show_progress, None, learner_for=learner_for)
             _check_replay(first, result)
             refined = sorted(t for t, hit in first.book.hits.items()
                              if (hit.previous_iteration, hit.iteration) in windows)
@@ -323,10 +347,34 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
                              result.trace, **result.transport.totals(), time_basis="simulated",
                              book=result.book)
     summary["refined_targets"] = refined
+    summary["retimed_from"] = reuse.describe(run.out)["retimed_from"] if retime else None
     tracker.finish(summary)
+    if recorded is not None and not retime:
+        recorded.save(rundir.path / TRAJECTORY)
     rundir.write_summary(summary)
-    checkpoint.remove()
+    if checkpoint is not None:
+        checkpoint.remove()
     return summary
+
+
+def _learner_factory(run: PreparedRun, data: TaskData, reuse: Reuse | None,
+                     recorded: Trajectory | None) -> Callable[[SimulatedTransport], Learner] | None:
+    """How each training pass gets its model side: trained (None: the loop's default),
+    trained and recorded into ``recorded``, or played back from it."""
+    if reuse is None or recorded is None:
+        return None
+    if reuse.source is None:
+        return lambda transport: RecordingLearner(
+            ModelLearner(run, data, transport.rows, transport.device), recorded)
+    policy_for = functools.partial(decision_policy, run, recorded.d)
+
+    def played_back(transport: SimulatedTransport) -> Learner:
+        policy = policy_for()                # a fresh policy per pass: it has state
+        if policy is None:
+            raise DecobenchError(f"method {run.spec.name} does not declare its network "
+                                 "decisions, so its runs cannot be re-timed")
+        return RecordedLearner(recorded, policy, str(reuse.source))
+    return played_back
 
 
 @dataclass
@@ -359,7 +407,8 @@ def _check_replay(first: _Pass, replay: _Pass) -> None:
 def _train_pass(run: PreparedRun, data: TaskData, evaluations: EvaluationSchedule,
                 log: Any, wall_start: float, show_progress: bool, begin: Any,
                 checkpoint: Checkpointer | None = None,
-                resume: dict[str, Any] | None = None) -> _Pass:
+                resume: dict[str, Any] | None = None,
+                learner_for: Callable[[SimulatedTransport], Learner] | None = None) -> _Pass:
     """Build the model, method and clock from the seed and train once (one pass)."""
     config = run.config
 
@@ -373,7 +422,8 @@ def _train_pass(run: PreparedRun, data: TaskData, evaluations: EvaluationSchedul
     trained = train(run, data, transport, evaluations, book, log, wall_start=wall_start,
                     show_progress=show_progress,
                     begin=None if begin is None else (lambda d, g: begin(d, trace_for(d), g)),
-                    checkpoint=checkpoint, resume=resume)
+                    checkpoint=checkpoint, resume=resume,
+                    learner=None if learner_for is None else learner_for(transport))
     return _Pass(trained.outcome, trained.book, transport, transport.trace, trained.d,
                  trained.metrics_at)
 
@@ -417,11 +467,12 @@ def summary_fields(run: PreparedRun, outcome: Outcome, d: int, wall_s: float, tr
 
 
 def _run_simulated(run: PreparedRun, *, overwrite: bool = False, show_progress: bool = True,
-                   wandb: bool = True, resume: bool = False) -> dict[str, Any]:
+                   wandb: bool = True, resume: bool = False,
+                   reuse: Reuse | None = None) -> dict[str, Any]:
     from decobench.tracking import wandb_tracker_factory
 
     return execute(run, overwrite=overwrite, show_progress=show_progress,
-                   tracker_factory=wandb_tracker_factory(wandb), resume=resume)
+                   tracker_factory=wandb_tracker_factory(wandb), resume=resume, reuse=reuse)
 
 
 SIMULATED = Backend(

@@ -13,6 +13,12 @@ A cell's identity is the SHA-256 of its resolved configuration and seed
 Ctrl-C (SIGINT) or SIGTERM stops a sweep at once: queued cells are cancelled, the worker
 processes of the cells in flight are killed, and :class:`SweepInterrupted` says how many
 runs are finished; rerunning resumes.
+**Trajectory reuse** (:mod:`decobench.trajectory`; on by default, ``reuse=False`` /
+``--no-reuse`` turns it off): cells whose trajectory keys are equal (same task, seed and
+options, and a method whose decisions come out the same on their networks) train once: the
+first such cell trains and records its trajectory, the others are re-timed from it on their
+own networks once it has finished (seconds each). A re-timed run directory is complete and
+says ``retimed_from``. A finished run that recorded the trajectory serves later sweeps too.
 A cell runs in ``runs/.staging-NAME`` and is renamed to ``runs/NAME`` only when it is
 complete, so ``runs/NAME`` exists exactly when the run finished: killing the sweep (or the
 machine) at any moment loses at most the cells in flight since their last checkpoint
@@ -25,6 +31,7 @@ so).
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import multiprocessing
 import os
@@ -34,7 +41,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +60,19 @@ FAILURES = "failures.jsonl"
 
 @dataclass(frozen=True)
 class SweepPlan:
-    """A suite resolved against a results folder: which cells exist and which remain."""
+    """A suite resolved against a results folder: which cells exist and which remain, and
+    each reusable cell's trajectory key (:func:`decobench.trajectory.reuse_key`)."""
 
     suite: Suite
     out: Path
     cells: list[Cell]
     done: list[Cell]
     todo: list[Cell]
+    keys: dict[str, str] = field(default_factory=dict)
+
+    def trainings(self) -> int:
+        """How many of the remaining cells train (the others are re-timed)."""
+        return len(CellQueue(self).trained)
 
 
 def run_dir(out: Path, cell: Cell) -> Path:
@@ -71,26 +84,90 @@ def is_done(out: Path, cell: Cell) -> bool:
 
 
 def plan_sweep(suite: Suite, out: Path, data_roots: dict[str, str] | None = None,
-               backend: str | None = None) -> SweepPlan:
+               backend: str | None = None, reuse: bool = True) -> SweepPlan:
     """Expand and check every cell (:func:`decobench.runner.prepare`: options, targets,
     traces, data; and the backend's own check, e.g. root for the emulated one) before
-    anything runs; a bad cell is an error naming it."""
+    anything runs; a bad cell is an error naming it. With ``reuse``, each cell's trajectory
+    key is computed (its method's decisions on its network, no training)."""
     from decobench.backends import get_backend
     from decobench.runner import prepare
+    from decobench.trajectory import reuse_key
 
     write_constant_traces(suite, out / "traces")
     cells = expand_cells(suite, out / "traces", data_roots, backend=backend)
+    keys: dict[str, str] = {}
     for cell in cells:
         try:
             run = prepare(cell.config)
             if not is_done(out, cell):
                 get_backend(cell.config.backend).check(run)
+            key = reuse_key(run)[0] if reuse else None
         except DecobenchError as exc:
             raise DecobenchError(f"suite {suite.name}: cell {cell.name} ({cell.experiment}): "
                                  f"{exc}") from exc
+        if key is not None:
+            keys[cell.name] = key
     done = [c for c in cells if is_done(out, c)]
     todo = [c for c in cells if not is_done(out, c)]
-    return SweepPlan(suite, out, cells, done, todo)
+    return SweepPlan(suite, out, cells, done, todo, keys)
+
+
+class CellQueue:
+    """The order a sweep runs its remaining cells in, with trajectory reuse: every cell
+    without a key, and the first remaining cell of each key without a recorded trajectory,
+    trains (:attr:`trained`); the other cells of a key are re-timed as soon as a finished run
+    holds its trajectory. :meth:`ready` hands out what can run now; :meth:`finished` says a
+    cell ended, and returns what that made ready."""
+
+    def __init__(self, plan: SweepPlan) -> None:
+        from decobench.trajectory import Reuse, load_trajectory
+
+        self.out, self.keys = plan.out, plan.keys
+        self.sources: dict[str, Path] = {}
+        for cell in plan.done:                  # finished runs that recorded a trajectory
+            key = plan.keys.get(cell.name)
+            if key is not None and key not in self.sources:
+                try:
+                    if load_trajectory(run_dir(plan.out, cell), key) is not None:
+                        self.sources[key] = run_dir(plan.out, cell)
+                except DecobenchError:          # unreadable: its cells train again
+                    pass
+        self.now: list[tuple[Cell, Reuse | None]] = []
+        self.waiting: dict[str, list[Cell]] = {}
+        self.trained: list[Cell] = []
+        for cell in plan.todo:
+            key = plan.keys.get(cell.name)
+            if key is None:
+                self.now.append((cell, None))
+                self.trained.append(cell)
+            elif key in self.sources:
+                self.now.append((cell, Reuse(key, self.sources[key])))
+            elif key in self.waiting:
+                self.waiting[key].append(cell)
+            else:
+                self.waiting[key] = []
+                self.now.append((cell, Reuse(key)))
+                self.trained.append(cell)
+
+    def ready(self) -> list[tuple[Cell, Any]]:
+        """The cells that can run now, each with its :class:`~decobench.trajectory.Reuse`
+        (None: train without recording), and forget them."""
+        now, self.now = self.now, []
+        return now
+
+    def finished(self, cell: Cell, reuse: Any, ok: bool) -> list[tuple[Cell, Any]]:
+        """``cell`` ended (``ok``: published). The cells waiting for its trajectory are
+        re-timed from it; if it failed (or did not record it), they train, each on its own."""
+        from decobench.trajectory import TRAJECTORY, Reuse
+
+        if reuse is None or reuse.source is not None:
+            return []
+        followers = self.waiting.pop(reuse.key, [])
+        source = run_dir(self.out, cell)
+        if ok and (source / TRAJECTORY).is_file():
+            self.sources[reuse.key] = source
+            return [(c, Reuse(reuse.key, source)) for c in followers]
+        return [(c, None) for c in followers]
 
 
 def previous_cells(out: Path, suite: Suite) -> set[str] | None:
@@ -176,10 +253,10 @@ def _init_worker(threads: int) -> None:
             os._exit(1)
 
 
-def run_cell(cell: Cell, out: Path, wandb: bool) -> dict[str, Any]:
+def run_cell(cell: Cell, out: Path, wandb: bool, reuse: Any = None) -> dict[str, Any]:
     """Run one cell on its backend in a staging folder and publish it by renaming (in a
     worker process, or in the sweep's own process for backends that run one cell at a
-    time)."""
+    time); ``reuse``: record its trajectory, or re-time one (:class:`decobench.trajectory.Reuse`)."""
     from decobench.backends import get_backend
     from decobench.runner import prepare
 
@@ -187,9 +264,11 @@ def run_cell(cell: Cell, out: Path, wandb: bool) -> dict[str, Any]:
     staging = final.parent / f"{STAGING_PREFIX}{cell.name}"
     config = cell.config.model_copy(update={"out": str(final)})
     run = replace(prepare(config), out=staging)
-    resume = _resumable(staging, cell.identity)
+    retime = reuse is not None and reuse.source is not None      # quick: never resumed
+    resume = not retime and _resumable(staging, cell.identity)
+    extra = {**({"resume": True} if resume else {}), **({"reuse": reuse} if reuse else {})}
     summary = get_backend(config.backend).run(run, overwrite=not resume, show_progress=False,
-                                              wandb=wandb, **({"resume": True} if resume else {}))
+                                              wandb=wandb, **extra)
     try:
         os.rename(staging, final)
     except OSError:
@@ -229,8 +308,9 @@ def execute_sweep(plan: SweepPlan, jobs: int, wandb: bool = True,
     failures: list[tuple[Cell, str]] = []
     if not plan.todo:
         return failures
+    queue = CellQueue(plan)
     if not all(get_backend(c.config.backend).parallel_cells for c in plan.todo):
-        return _execute_one_at_a_time(plan, wandb, show_progress)
+        return _execute_one_at_a_time(plan, queue, wandb, show_progress)
     threads = max(1, (os.cpu_count() or 1) // jobs)
     context = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_init_worker,
@@ -238,12 +318,18 @@ def execute_sweep(plan: SweepPlan, jobs: int, wandb: bool = True,
     try:
         with SweepProgress(total=len(plan.cells), done=len(plan.done),
                            enabled=show_progress) as bar:
-            pending: dict[Future, Cell] = {pool.submit(run_cell, c, plan.out, wandb): c
-                                           for c in plan.todo}
+            pending: dict[Future, tuple[Cell, Any]] = {}
+
+            def submit(ready: list[tuple[Cell, Any]]) -> None:
+                for cell, reuse in ready:
+                    pending[pool.submit(run_cell, cell, plan.out, wandb, reuse)] = (cell, reuse)
+            submit(queue.ready())
             while pending:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in finished:
-                    _settle(plan, pending.pop(future), future.result, bar, failures)
+                    cell, reuse = pending.pop(future)
+                    ok = _settle(plan, cell, future.result, bar, failures)
+                    submit(queue.finished(cell, reuse, ok))
     except KeyboardInterrupt:
         _stop_pool(pool)
         raise SweepInterrupted(sum(is_done(plan.out, c) for c in plan.cells),
@@ -264,9 +350,9 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
 
 
 def _settle(plan: SweepPlan, cell: Cell, result: Callable[[], dict[str, Any]], bar: Any,
-            failures: list[tuple[Cell, str]]) -> None:
+            failures: list[tuple[Cell, str]]) -> bool:
     """Wait for one cell's ``result()``: a line on the progress bar, and a failure recorded
-    (the sweep goes on) if it raised."""
+    (the sweep goes on) if it raised; returns whether the cell finished."""
     try:
         summary = result()
     except Exception as exc:  # noqa: BLE001 - recorded and reported, sweep goes on
@@ -274,13 +360,15 @@ def _settle(plan: SweepPlan, cell: Cell, result: Callable[[], dict[str, Any]], b
         failures.append((cell, error))
         _record_failure(plan.out, cell, error)
         bar.advance(cell.name, f"FAILED: {error}")
-        return
+        return False
     ttt = summary["time_to_target_s"]
-    bar.advance(cell.name, f"{summary['status']}, time to target "
+    retimed = " (re-timed)" if summary.get("retimed_from") else ""
+    bar.advance(cell.name, f"{summary['status']}{retimed}, time to target "
                 + ("not reached" if ttt is None else f"{ttt:.2f} s"))
+    return True
 
 
-def _execute_one_at_a_time(plan: SweepPlan, wandb: bool,
+def _execute_one_at_a_time(plan: SweepPlan, queue: CellQueue, wandb: bool,
                            show_progress: bool) -> list[tuple[Cell, str]]:
     """Run the remaining cells in this process, one after the other (backends whose runs
     need the whole machine, e.g. the emulated one's n worker processes)."""
@@ -290,9 +378,12 @@ def _execute_one_at_a_time(plan: SweepPlan, wandb: bool,
     try:
         with SweepProgress(total=len(plan.cells), done=len(plan.done),
                            enabled=show_progress) as bar:
-            for cell in plan.todo:
-                _settle(plan, cell, lambda cell=cell: run_cell(cell, plan.out, wandb), bar,
-                        failures)
+            ready = queue.ready()
+            while ready:
+                cell, reuse = ready.pop(0)
+                ok = _settle(plan, cell, functools.partial(run_cell, cell, plan.out, wandb,
+                                                           reuse), bar, failures)
+                ready += queue.finished(cell, reuse, ok)
     except KeyboardInterrupt:
         raise SweepInterrupted(sum(is_done(plan.out, c) for c in plan.cells),
                                len(plan.cells)) from None
@@ -301,9 +392,10 @@ def _execute_one_at_a_time(plan: SweepPlan, wandb: bool,
 
 def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str, str] | None = None,
           wandb: bool = True, show_progress: bool = True, dry_run: bool = False,
-          backend: str | None = None) -> SweepPlan:
+          backend: str | None = None, reuse: bool = True) -> SweepPlan:
     """Plan, lock, clean up, write the manifest and run what remains, on ``backend`` when
-    given (cells of a backend without ``parallel_cells`` run one at a time)."""
+    given (cells of a backend without ``parallel_cells`` run one at a time); ``reuse``:
+    train each trajectory once and re-time it for the other cells that share it."""
     if jobs is None:
         jobs = os.cpu_count() or 1
     if jobs < 1:
@@ -312,7 +404,7 @@ def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str
     with sweep_lock(out):
         try:
             previous = previous_cells(out, suite)
-            plan = plan_sweep(suite, out, data_roots, backend=backend)
+            plan = plan_sweep(suite, out, data_roots, backend=backend, reuse=reuse)
         except BaseException:
             if created:
                 shutil.rmtree(out, ignore_errors=True)
@@ -324,15 +416,23 @@ def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str
                 print(f"suite {suite.name} changed since the last sweep into {out}: "
                       f"{added} run(s) added, {removed} left out (their finished runs stay "
                       "in runs/ but leave the manifest and the report)", file=sys.stderr)
+        trainings = plan.trainings()
+        retimed = (f" ({trainings} trained, {len(plan.todo) - trainings} re-timed from their "
+                   "trajectories)" if trainings < len(plan.todo) else "")
         print(f"suite {suite.name}: {len(plan.cells)} runs, {len(plan.done)} already finished, "
-              f"{len(plan.todo)} to run with {min(jobs, max(1, len(plan.todo)))} worker "
-              f"process(es) -> {out}", file=sys.stderr)
+              f"{len(plan.todo)} to run{retimed} with {min(jobs, max(1, len(plan.todo)))} "
+              f"worker process(es) -> {out}", file=sys.stderr)
         if dry_run:
             from decobench.cost import describe, suite_cost
 
+            trained = CellQueue(plan).trained
             for cell in plan.todo:
-                print(f"  would run {cell.name}", file=sys.stderr)
-            print(describe(suite_cost([cell.config for cell in plan.todo])), file=sys.stderr)
+                verb = "run" if cell in trained else "re-time"
+                print(f"  would {verb} {cell.name}", file=sys.stderr)
+            print(describe(suite_cost([cell.config for cell in trained])), file=sys.stderr)
+            if len(trained) < len(plan.todo):
+                print(f"  the {len(plan.todo) - len(trained)} re-timed run(s) take seconds "
+                      "each and are not counted", file=sys.stderr)
             if created:                    # a dry run leaves nothing behind
                 shutil.rmtree(out, ignore_errors=True)
             return plan

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from decobench.cli import main
+from decobench.trajectory import TRAJECTORY, Trajectory
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = ["--task", "cnn-fmnist", "--trace", "wan-200ms-lowbw-varying", "--workers", "2",
@@ -121,4 +122,8 @@ def test_a_killed_sweep_continues_its_cell_from_the_checkpoint(tmp_path, fmnist_
     assert "resuming" in rerun.stderr
     (name,) = [p.name for p in (out / "runs").iterdir()]
     assert _clean(out / "runs" / name) == _clean(tmp_path / "whole" / "runs" / name)
+    # the trajectory recorded for reuse went on from the checkpoint too
+    resumed, whole = (Trajectory.load(folder / "runs" / name / TRAJECTORY)
+                      for folder in (out, tmp_path / "whole"))
+    assert len(resumed.steps) == 60 and resumed == whole
     shutil.rmtree(tmp_path / "whole")

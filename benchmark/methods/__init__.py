@@ -21,6 +21,11 @@ from decobench.methods.base import (
 )
 from decobench.methods.controllers import StaticController, deco_controller
 from decobench.methods.ddefsgd import DDEFSGD
+from decobench.methods.decisions import (
+    ControllerDecisions,
+    DecisionPolicy,
+    network_independent,
+)
 from decobench.methods.options import DecoOptions, StaticOptions
 from decobench.registry import METHODS_GROUP, Registry
 
@@ -34,12 +39,18 @@ def build_deco_sgd(context: MethodContext, options: DecoOptions) -> Method:
     return DDEFSGD(context, TopKCompressor(), controller)
 
 
+def deco_sgd_decisions(context: MethodContext, options: DecoOptions) -> DecisionPolicy:
+    """DeCo-SGD's (δ_t, τ_t): the planner on the measurements, as :func:`build_deco_sgd`."""
+    controller = deco_controller(context, options, interval=options.deco_interval)
+    return ControllerDecisions(controller, lambda delta: TopKCompressor().size(delta, context.d))
+
+
 DD_EF_SGD_SPEC = MethodSpec(
     "dd-ef-sgd", "DD-EF-SGD: global Top-k with error feedback and a fixed staleness (static δ, τ)",
-    StaticOptions, build_dd_ef_sgd)
+    StaticOptions, build_dd_ef_sgd, network_decisions=network_independent)
 DECO_SGD_SPEC = MethodSpec(
     "deco-sgd", "DeCo-SGD: DD-EF-SGD with δ and τ re-planned from measured bandwidth, latency "
-    "and compute time", DecoOptions, build_deco_sgd)
+    "and compute time", DecoOptions, build_deco_sgd, network_decisions=deco_sgd_decisions)
 
 
 def _spec_name(obj: object) -> str:

@@ -228,10 +228,18 @@ class MethodSpec:
 
     ``emulation`` is None when the method runs on the emulated backend (its messages are
     Top-k or dense, which the wire codec encodes), else the reason it cannot, shown in the
-    error when one asks for it."""
+    error when one asks for it.
+
+    ``network_decisions(context, options)``: the method's decisions from the network as a
+    :class:`~decobench.methods.decisions.DecisionPolicy`, so a sweep trains one trajectory
+    for every network condition that leads to the same decisions
+    (:mod:`decobench.methods.decisions`); None (the default): unknown, every condition trains
+    its own. The context it gets has ``d``, ``workers``, ``topology``, ``optimizer``,
+    ``seed`` and ``max_iters`` (the data are not loaded yet: ``param_shapes`` is empty)."""
 
     name: str
     summary: str
     options: type[MethodOptions]
     build: Callable[[MethodContext, MethodOptions], Method]
     emulation: str | None = None
+    network_decisions: Callable[[MethodContext, Any], Any] | None = None
