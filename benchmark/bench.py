@@ -7,6 +7,10 @@
    ``ratio_grouped`` and ``ratio_vmap`` are the figures.
 2. Top-k + error feedback per iteration for d = 1e6, 1e7, 1e8 at δ = 0.01 (one worker),
    against ``torch.topk`` alone on the same vector.
+3. Trajectory reuse (``sweep_reuse``): wall time of one fixed grid sweep (D-SGD, a static
+   DD-EF-SGD, DGA and DeCo-SGD on the CNN, 6 conditions, 2 seeds: 48 runs) with trajectory
+   reuse and with ``--no-reuse``, and whether both give the same results.
+4. CLI start-up times.
 """
 
 from __future__ import annotations
@@ -185,6 +189,74 @@ def bench_cli(repeats: int) -> dict[str, Any]:
     return {"median_s": timings, "run_help_cold_cache_s": cold, "repeats": repeats}
 
 
+REUSE_CONDITIONS = ("aws-virginia-ohio", "aws-oregon-virginia", "aws-oregon-tokyo",
+                    "aws-virginia-singapore", "aws-sydney-frankfurt", "wan-200ms-lowbw-varying")
+"""The grid of the reuse benchmark: the five measured AWS links and the acceptance WAN."""
+
+
+def reuse_suite(iterations: int) -> dict[str, Any]:
+    """The fixed grid of :func:`bench_reuse`: D-SGD, a static DD-EF-SGD, DGA (automatic D) and
+    DeCo-SGD on the CNN, 6 conditions, 2 seeds, 4 workers, every run its whole budget."""
+    return {
+        "name": "bench-reuse",
+        "description": "make bench: 3 network-independent or once-deciding methods and "
+                       "DeCo-SGD, 6 conditions, 2 seeds on the CNN",
+        "defaults": {"eval_every": 25},
+        "conditions": {name: {"trace": name} for name in REUSE_CONDITIONS},
+        "experiments": [{
+            "name": "grid", "tasks": ["cnn-fmnist"], "conditions": list(REUSE_CONDITIONS),
+            "methods": ["d-sgd", {"method": "dd-ef-sgd", "options": {"delta": 0.05, "tau": 2}},
+                        "dga", {"method": "deco-sgd", "options": {"deco_interval": 25}}],
+            "workers": [4], "seeds": [0, 1], "max_iters": iterations}],
+    }
+
+
+def bench_reuse(fmnist_root: str | None, iterations: int, jobs: int | None) -> dict[str, Any]:
+    """Wall time of one sweep of :func:`reuse_suite` with trajectory reuse and without
+    (``--no-reuse``), each into a fresh folder, and whether their results are equal
+    (metrics and summaries, wall-clock fields and the folder aside)."""
+    import tempfile
+
+    from decobench.rundir import read_summary
+    from decobench.suite import parse_suite
+    from decobench.sweep import sweep
+
+    suite = parse_suite(reuse_suite(iterations), "bench-reuse")
+    roots = {"cnn-fmnist": fmnist_root} if fmnist_root else None
+    timings: dict[str, float] = {}
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, reuse in (("without_reuse", False), ("with_reuse", True)):
+            out = Path(scratch) / name
+            start = time.perf_counter()
+            plan = sweep(suite, out, jobs=jobs, data_roots=roots, wandb=False,
+                         show_progress=False, reuse=reuse)
+            timings[name] = time.perf_counter() - start
+            if reuse:
+                trained = sum(read_summary(run_dir)["retimed_from"] is None
+                              for run_dir in (out / "runs").iterdir())
+            results[name] = {}
+            for run_dir in sorted((out / "runs").iterdir()):
+                summary = read_summary(run_dir)
+                for key in ("wall_time_s", "retimed_from", "trace_path"):
+                    summary.pop(key)
+                rows = [json.loads(line) for line in
+                        (run_dir / "metrics.jsonl").read_text().splitlines()]
+                for row in rows:
+                    row.pop("wall_time_s", None)
+                results[name][run_dir.name] = (summary, rows)
+    figures = {"runs": len(plan.cells), "trained_with_reuse": trained,
+               "iterations_per_run": iterations, "jobs": jobs or os.cpu_count(),
+               "seconds_without_reuse": timings["without_reuse"],
+               "seconds_with_reuse": timings["with_reuse"],
+               "speedup": timings["without_reuse"] / timings["with_reuse"],
+               "results_equal": results["with_reuse"] == results["without_reuse"]}
+    print(f"reuse: {figures['runs']} runs, {trained} trained with reuse: "
+          f"{timings['without_reuse']:.1f} s without, {timings['with_reuse']:.1f} s with "
+          f"({figures['speedup']:.2f}x), results equal: {figures['results_equal']}", flush=True)
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m decobench.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -198,17 +270,35 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated worker counts n for the gradient-engine benchmark")
     parser.add_argument("--sizes", default="1e6,1e7,1e8",
                         help="comma-separated model sizes d for the Top-k benchmark")
+    parser.add_argument("--fmnist-root", default=None, help="Fashion-MNIST folder for the "
+                        "reuse benchmark's sweeps (default: download)")
+    parser.add_argument("--reuse-iters", type=int, default=150,
+                        help="iterations per run of the reuse benchmark's sweeps")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="worker processes of the reuse benchmark's sweeps (default: cores)")
+    parser.add_argument("--only", default=None, help="comma-separated parts to run: "
+                        "gradient_engines, topk_error_feedback, sweep_reuse, cli_startup")
     args = parser.parse_args(argv)
     sizes = [int(float(s)) for s in args.sizes.split(",")]
-    result = {
-        "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "torch": str(torch.__version__), "threads": torch.get_num_threads()},
-        "gradient_engines": bench_engines(tuple(args.tasks.split(",")),
-                                          [int(n) for n in args.workers.split(",")],
-                                          args.repeats, args.batch),
-        "topk_error_feedback": bench_topk(sizes, 0.01, max(3, args.repeats // 2)),
-        "cli_startup": bench_cli(max(3, args.repeats // 2)),
+    parts: dict[str, Callable[[], Any]] = {
+        "gradient_engines": lambda: bench_engines(tuple(args.tasks.split(",")),
+                                                  [int(n) for n in args.workers.split(",")],
+                                                  args.repeats, args.batch),
+        "topk_error_feedback": lambda: bench_topk(sizes, 0.01, max(3, args.repeats // 2)),
+        "sweep_reuse": lambda: bench_reuse(args.fmnist_root, args.reuse_iters, args.jobs),
+        "cli_startup": lambda: bench_cli(max(3, args.repeats // 2)),
     }
+    chosen = list(parts) if args.only is None else args.only.split(",")
+    unknown = sorted(set(chosen) - set(parts))
+    if unknown:
+        parser.error(f"--only: unknown part(s) {', '.join(unknown)}; choose from "
+                     f"{', '.join(parts)}")
+    result: dict[str, Any] = {
+        "machine": {"platform": platform.platform(), "processor": platform.processor(),
+                    "torch": str(torch.__version__), "threads": torch.get_num_threads(),
+                    "cpus": os.cpu_count()}}
+    for name in chosen:
+        result[name] = parts[name]()
     write_text_atomic(Path(args.out), json.dumps(result, indent=2) + "\n")
     print(f"written to {args.out}")
     return 0

@@ -43,6 +43,12 @@ CASES = {
     # DeCo-SGD plans (δ, τ) = (1, 1) on both fast links, from different estimates (logged)
     "deco-sgd": ("deco-sgd", {"deco_interval": 5}, {"trace": "aws-oregon-tokyo"},
                  {"trace": "constant-1gbps-10ms"}),
+    # per-layer Top-k with its detector's records (nested log fields) in every row
+    "accordion": ("accordion", {}, {"trace": "constant-20mbps-100ms"},
+                  {"trace": "aws-virginia-singapore"}),
+    # CocktailSGD's own compressor and its logged split, at the reference recipe's (δ, τ)
+    "cocktail-sgd": ("cocktail-sgd", {"cocktail_reference_defaults": True},
+                     {"trace": "constant-20mbps-100ms"}, {"trace": "aws-oregon-tokyo"}),
     # a target met between evaluations: stop at target, milestones and the refine pass
     "dd-ef-sgd-target": ("dd-ef-sgd", {"delta": 0.1, "tau": 2},
                          {"trace": "constant-20mbps-100ms"},
