@@ -41,17 +41,23 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# docker-compose (Debian's package) lets the tests validate docker/compose.yaml. It is
-# installed when missing in a root shell with apt-get (as in CI); elsewhere that one check
-# is skipped with a message saying so.
+# Debian packages some tests need, installed when missing in a root shell with apt-get (as
+# in CI); elsewhere those tests are skipped with a message saying so: docker-compose validates
+# docker/compose.yaml; slurmctld, slurmd, slurm-client, munge, slurmdbd and mariadb-server
+# run a real single-node Slurm for `decobench sweep --executor slurm` (tests/test_executors.py).
+TOOL_PACKAGES := docker-compose:docker-compose slurmctld:slurmctld slurmd:slurmd \
+                 sbatch:slurm-client munged:munge slurmdbd:slurmdbd mariadbd:mariadb-server
 tools:
-	@command -v docker-compose >/dev/null 2>&1 || { \
+	@missing=""; for pair in $(TOOL_PACKAGES); do \
+	  command -v $${pair%%:*} >/dev/null 2>&1 || [ -x /usr/sbin/$${pair%%:*} ] \
+	    || missing="$$missing $${pair#*:}"; done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing docker-compose (Debian package) to validate docker/compose.yaml"; \
+	    echo "installing Debian packages for tests:$$missing"; \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	      --no-install-recommends docker-compose >/dev/null) \
-	    || echo "warning: could not install docker-compose; its test will be skipped"; \
-	  else echo "note: docker-compose not found; the compose validation test will be skipped"; fi; }
+	      --no-install-recommends $$missing >/dev/null) \
+	    || echo "warning: could not install$$missing; the tests needing them will be skipped"; \
+	  else echo "note:$$missing not installed; the tests needing them will be skipped"; fi; fi
 
 test: $(STAMP) tools
 	$(PY) -m pytest -q

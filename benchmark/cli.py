@@ -190,6 +190,20 @@ def _add_sweep(sub: Any, argv: Sequence[str]) -> None:
     sweep.add_argument("--dry-run", action="store_true", help="check the suite, list the "
                        "runs still to do and their cost on one GPU (an upper bound from "
                        "documented per-iteration times); run nothing")
+    sweep.add_argument("--executor", choices=("local", "slurm", "ray"), default="local",
+                       help="where the cells run: local worker processes (default), Slurm "
+                       "jobs through submitit (one job array per wave of ready cells; "
+                       "resources from the suite's `resources`), or Ray tasks; the results "
+                       "folder must be on a filesystem the cluster's nodes share "
+                       "(docs/suites.md \"Clusters\")")
+    sweep.add_argument("--ray-address", metavar="ADDR", help="with --executor ray: the "
+                       "cluster to join, e.g. 10.0.0.1:6379 or auto (default: start a local "
+                       "one)")
+    sweep.add_argument("--slurm-partition", metavar="NAME", help="with --executor slurm: "
+                       "the partition (default: the cluster's default)")
+    sweep.add_argument("--retries", type=int, default=2, metavar="N", help="with --executor "
+                       "slurm or ray: run a cell again up to N times when its job or worker "
+                       "dies (it resumes from its checkpoint; default 2)")
     sweep.add_argument("--no-reuse", action="store_true", help="train every cell; by "
                        "default cells that would train the same trajectory (same task, seed and "
                        "options, and a method that decides the same on their networks) train "
@@ -298,6 +312,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     import shlex
     from pathlib import Path
 
+    from decobench.executors import ExecutorConfig
     from decobench.suite import load_suite
     from decobench.sweep import SweepInterrupted, sweep
 
@@ -310,15 +325,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if unknown:
         raise DecobenchError(f"--data-root names {', '.join(unknown)}, which suite "
                              f"{suite.name} does not run (its tasks: {', '.join(tasks)})")
+    executor = ExecutorConfig(args.executor, args.ray_address, args.slurm_partition,
+                              args.retries)
     try:
         plan = sweep(suite, out, jobs=args.jobs, data_roots=data_roots,
                      wandb=not args.no_wandb, show_progress=not args.no_progress,
-                     dry_run=args.dry_run, backend=args.backend, reuse=not args.no_reuse)
+                     dry_run=args.dry_run, backend=args.backend, reuse=not args.no_reuse,
+                     executor=executor)
     except SweepInterrupted as stop:
         again = ["decobench", "sweep", args.suite, "--out", str(out),
                  *(f"--data-root={root}" for root in args.data_root),
                  *(["--backend", args.backend] if args.backend else []),
                  *(["--no-reuse"] if args.no_reuse else []),
+                 *(["--executor", args.executor] if args.executor != "local" else []),
+                 *(["--ray-address", args.ray_address] if args.ray_address else []),
+                 *(["--slurm-partition", args.slurm_partition] if args.slurm_partition
+                   else []),
                  *(["--jobs", str(args.jobs)] if args.jobs else [])]
         print(f"decobench: interrupted: {stop.finished} of {stop.total} runs finished, the "
               f"ones in flight were stopped; resume with: {shlex.join(again)}",

@@ -35,6 +35,7 @@ missing traces and non-positive budgets are errors that name the field);
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -128,6 +129,18 @@ Role = Literal["main", "table1", "scaling", "regime-map", "theory", "other"]
 measured links, the scaling study, the regime map, the static (δ, τ) grid, or none."""
 
 
+class Resources(_Strict):
+    """What one run needs on a cluster (``decobench sweep --executor slurm`` or ``ray``): the
+    Slurm job's or Ray task's CPUs (also the run's torch threads), GPUs, memory and time
+    limit. The local executor ignores them (it gives each run cores / jobs threads)."""
+
+    cpus: int = Field(1, ge=1, description="CPU cores per run (and its torch threads)")
+    gpus: int = Field(0, ge=0, description="GPUs per run")
+    mem_gb: float | None = Field(None, gt=0, description="memory per run in GB (default: "
+                                 "the cluster's)")
+    timeout_min: int = Field(120, ge=1, description="time limit of one run's job (Slurm)")
+
+
 class Experiment(_Strict):
     """A cartesian product of tasks × conditions × methods × workers × seeds."""
 
@@ -144,6 +157,8 @@ class Experiment(_Strict):
     max_iters: int | dict[str, int] | None = None
     max_sim_time: PerTask = None
     options: dict[str, Any] = Field(default_factory=dict)
+    resources: Resources | None = Field(None, description="per-run resources on a cluster "
+                                        "(default: the suite's)")
 
     @field_validator("workers")
     @classmethod
@@ -176,6 +191,8 @@ class Suite(_Strict):
     description: str = ""
     cost: str = Field("", description="what running it costs (time, hardware)")
     defaults: dict[str, Any] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources, description="per-run resources "
+                                 "on a cluster, for every experiment that gives none")
     conditions: dict[str, ConditionSpec] = Field(min_length=1)
     experiments: list[Experiment] = Field(min_length=1)
 
@@ -203,6 +220,7 @@ class Cell:
     config: RunConfig
     identity: str
     role: str | None = None
+    resources: Resources = dataclasses.field(default_factory=Resources)
 
     @property
     def name(self) -> str:
@@ -405,7 +423,8 @@ def expand_cells(suite: Suite, traces_dir: Path, data_roots: dict[str, str] | No
                 except DecobenchError as exc:
                     raise DecobenchError(f"suite {suite.name}: {where}, task {task}, condition "
                                          f"{condition}, method {label}: {exc}") from exc
-                cell = Cell(experiment.name, config, identity(config), experiment.role)
+                cell = Cell(experiment.name, config, identity(config), experiment.role,
+                            experiment.resources or suite.resources)
                 if cell.identity in seen:
                     raise DecobenchError(f"suite {suite.name}: {where} repeats the run "
                                          f"{seen[cell.identity]} (same configuration and seed)")

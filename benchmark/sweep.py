@@ -33,13 +33,12 @@ from __future__ import annotations
 import fcntl
 import functools
 import json
-import multiprocessing
 import os
 import shutil
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,6 +48,7 @@ import yaml
 
 from decobench.atomicio import write_text_atomic
 from decobench.errors import DecobenchError
+from decobench.executors import ExecutorConfig
 from decobench.rundir import SUMMARY
 from decobench.suite import Cell, Suite, expand_cells, write_constant_traces
 
@@ -298,10 +298,11 @@ def _record_failure(out: Path, cell: Cell, error: str) -> None:
                                  "error": error}) + "\n")
 
 
-def execute_sweep(plan: SweepPlan, jobs: int, wandb: bool = True,
-                  show_progress: bool = True) -> list[tuple[Cell, str]]:
-    """Run the remaining cells with ``jobs`` worker processes; returns the failed cells with
-    their errors. Each worker uses ``max(1, cores // jobs)`` torch threads."""
+def execute_sweep(plan: SweepPlan, jobs: int, wandb: bool = True, show_progress: bool = True,
+                  executor: ExecutorConfig | None = None) -> list[tuple[Cell, str]]:
+    """Run the remaining cells on ``executor`` (default: ``jobs`` local worker processes,
+    each with ``max(1, cores // jobs)`` torch threads; or Slurm or Ray,
+    :mod:`decobench.executors`); returns the failed cells with their errors."""
     from decobench.backends import get_backend
     from decobench.progress import SweepProgress
 
@@ -309,20 +310,21 @@ def execute_sweep(plan: SweepPlan, jobs: int, wandb: bool = True,
     if not plan.todo:
         return failures
     queue = CellQueue(plan)
+    executor = executor or ExecutorConfig()
     if not all(get_backend(c.config.backend).parallel_cells for c in plan.todo):
+        if executor.name != "local":
+            raise DecobenchError(f"--executor {executor.name}: the {plan.todo[0].config.backend} "
+                                 "backend runs one cell at a time on this machine; use "
+                                 "--executor local")
         return _execute_one_at_a_time(plan, queue, wandb, show_progress)
-    threads = max(1, (os.cpu_count() or 1) // jobs)
-    context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_init_worker,
-                               initargs=(threads,))
+    runner = executor.build(plan.out, wandb, jobs)
     try:
         with SweepProgress(total=len(plan.cells), done=len(plan.done),
                            enabled=show_progress) as bar:
             pending: dict[Future, tuple[Cell, Any]] = {}
 
             def submit(ready: list[tuple[Cell, Any]]) -> None:
-                for cell, reuse in ready:
-                    pending[pool.submit(run_cell, cell, plan.out, wandb, reuse)] = (cell, reuse)
+                pending.update(zip(runner.submit(ready), ready, strict=True))
             submit(queue.ready())
             while pending:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -331,22 +333,11 @@ def execute_sweep(plan: SweepPlan, jobs: int, wandb: bool = True,
                     ok = _settle(plan, cell, future.result, bar, failures)
                     submit(queue.finished(cell, reuse, ok))
     except KeyboardInterrupt:
-        _stop_pool(pool)
+        runner.shutdown(cancel=True)
         raise SweepInterrupted(sum(is_done(plan.out, c) for c in plan.cells),
                                len(plan.cells)) from None
-    pool.shutdown(wait=True)
+    runner.shutdown(cancel=False)
     return failures
-
-
-def _stop_pool(pool: ProcessPoolExecutor) -> None:
-    """Cancel the queued cells and kill the worker processes of the cells in flight (their
-    staging folders are removed by the caller; a finished cell was already published)."""
-    pool.shutdown(wait=False, cancel_futures=True)
-    workers = multiprocessing.active_children()
-    for process in workers:
-        process.kill()
-    for process in workers:
-        process.join(timeout=5)
 
 
 def _settle(plan: SweepPlan, cell: Cell, result: Callable[[], dict[str, Any]], bar: Any,
@@ -392,10 +383,12 @@ def _execute_one_at_a_time(plan: SweepPlan, queue: CellQueue, wandb: bool,
 
 def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str, str] | None = None,
           wandb: bool = True, show_progress: bool = True, dry_run: bool = False,
-          backend: str | None = None, reuse: bool = True) -> SweepPlan:
+          backend: str | None = None, reuse: bool = True,
+          executor: ExecutorConfig | None = None) -> SweepPlan:
     """Plan, lock, clean up, write the manifest and run what remains, on ``backend`` when
     given (cells of a backend without ``parallel_cells`` run one at a time); ``reuse``:
-    train each trajectory once and re-time it for the other cells that share it."""
+    train each trajectory once and re-time it for the other cells that share it;
+    ``executor``: where the cells run (default: local worker processes)."""
     if jobs is None:
         jobs = os.cpu_count() or 1
     if jobs < 1:
@@ -419,9 +412,12 @@ def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str
         trainings = plan.trainings()
         retimed = (f" ({trainings} trained, {len(plan.todo) - trainings} re-timed from their "
                    "trajectories)" if trainings < len(plan.todo) else "")
+        placement = executor or ExecutorConfig()
+        where = {"ray": f"as Ray tasks ({placement.ray_address or 'a local cluster'})",
+                 "slurm": "as Slurm jobs"}.get(
+            placement.name, f"with {min(jobs, max(1, len(plan.todo)))} worker process(es)")
         print(f"suite {suite.name}: {len(plan.cells)} runs, {len(plan.done)} already finished, "
-              f"{len(plan.todo)} to run{retimed} with {min(jobs, max(1, len(plan.todo)))} "
-              f"worker process(es) -> {out}", file=sys.stderr)
+              f"{len(plan.todo)} to run{retimed} {where} -> {out}", file=sys.stderr)
         if dry_run:
             from decobench.cost import describe, suite_cost
 
@@ -443,7 +439,8 @@ def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str
                   file=sys.stderr)
         (out / FAILURES).unlink(missing_ok=True)
         try:
-            failures = execute_sweep(plan, jobs, wandb=wandb, show_progress=show_progress)
+            failures = execute_sweep(plan, jobs, wandb=wandb, show_progress=show_progress,
+                                     executor=executor)
         except KeyboardInterrupt:
             remove_abandoned_staging(out)          # the cells in flight start over
             raise

@@ -144,7 +144,7 @@ def _grid_suite(tmp_path: Path) -> Path:
                          "conditions": ["slow", "fast", "far"],
                          "methods": ["d-sgd", "dga", {"method": "deco-sgd",
                                                       "options": {"deco_interval": 5}}],
-                         "workers": [2], "seeds": [0], "target": 0.6, "max_iters": 30}],
+                         "workers": [2], "seeds": [0], "target": 0.6, "max_iters": 20}],
     }
     path = tmp_path / "reuse.yaml"
     path.write_text(yaml.safe_dump(data))
