@@ -48,6 +48,17 @@ def run_cell_on(threads: int, cell: Any, out: str, wandb: bool, reuse: Any) -> d
     return run_cell(cell, Path(out), wandb, reuse)
 
 
+def _cluster_module(module: str, executor: str) -> Any:
+    """Import the package an executor needs, or say how to install it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise DecobenchError(f"--executor {executor} needs {module}: pip install "
+                             f"'decobench[cluster]' (or pip install {module})") from None
+
+
 class CellExecutor(ABC):
     """Runs cells somewhere; :meth:`submit` returns one future per cell, in order."""
 
@@ -105,11 +116,7 @@ class RayExecutor(CellExecutor):
     name = "ray"
 
     def __init__(self, out: Path, wandb: bool, address: str | None, retries: int) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise DecobenchError("--executor ray needs Ray: pip install 'decobench[cluster]' "
-                                 "(or pip install ray)") from None
+        ray = _cluster_module("ray", "ray")
         self.ray, self.out, self.wandb, self.retries = ray, out, wandb, retries
         try:
             ray.init(address=address, log_to_driver=True, ignore_reinit_error=True,
@@ -117,7 +124,7 @@ class RayExecutor(CellExecutor):
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise DecobenchError(f"--ray-address {address}: cannot connect to a Ray cluster "
                                  f"({str(exc).splitlines()[0] if str(exc) else exc})") from exc
-        self.task = ray.remote(decobench_cell)
+        self.task = ray.remote(run_cell_on)        # named per cell: ray::CELL_NAME
         self.refs: list[Any] = []
 
     def submit(self, ready: Ready) -> list[Future]:
@@ -144,22 +151,13 @@ class RayExecutor(CellExecutor):
         self.ray.shutdown()
 
 
-def decobench_cell(threads: int, cell: Any, out: str, wandb: bool, reuse: Any) -> dict[str, Any]:
-    """The Ray task of one cell (named after it: its process title is ``ray::CELL_NAME``)."""
-    return run_cell_on(threads, cell, out, wandb, reuse)
-
-
 class SlurmExecutor(CellExecutor):
     """Job arrays through submitit; a job that ends without a result is submitted again."""
 
     name = "slurm"
 
     def __init__(self, out: Path, wandb: bool, partition: str | None, retries: int) -> None:
-        try:
-            import submitit
-        except ImportError:
-            raise DecobenchError("--executor slurm needs submitit: pip install "
-                                 "'decobench[cluster]' (or pip install submitit)") from None
+        submitit = _cluster_module("submitit", "slurm")
         self.submitit, self.out, self.wandb, self.retries = submitit, out, wandb, retries
         self.partition = partition
         self.executor = submitit.AutoExecutor(folder=out / "slurm" / "%j", cluster="slurm")

@@ -70,10 +70,6 @@ class SweepPlan:
     todo: list[Cell]
     keys: dict[str, str] = field(default_factory=dict)
 
-    def trainings(self) -> int:
-        """How many of the remaining cells train (the others are re-timed)."""
-        return len(CellQueue(self).trained)
-
 
 def run_dir(out: Path, cell: Cell) -> Path:
     return out / "runs" / cell.name
@@ -299,7 +295,8 @@ def _record_failure(out: Path, cell: Cell, error: str) -> None:
 
 
 def execute_sweep(plan: SweepPlan, jobs: int, wandb: bool = True, show_progress: bool = True,
-                  executor: ExecutorConfig | None = None) -> list[tuple[Cell, str]]:
+                  executor: ExecutorConfig | None = None,
+                  queue: CellQueue | None = None) -> list[tuple[Cell, str]]:
     """Run the remaining cells on ``executor`` (default: ``jobs`` local worker processes,
     each with ``max(1, cores // jobs)`` torch threads; or Slurm or Ray,
     :mod:`decobench.executors`); returns the failed cells with their errors."""
@@ -309,7 +306,7 @@ def execute_sweep(plan: SweepPlan, jobs: int, wandb: bool = True, show_progress:
     failures: list[tuple[Cell, str]] = []
     if not plan.todo:
         return failures
-    queue = CellQueue(plan)
+    queue = queue or CellQueue(plan)
     executor = executor or ExecutorConfig()
     if not all(get_backend(c.config.backend).parallel_cells for c in plan.todo):
         if executor.name != "local":
@@ -409,7 +406,8 @@ def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str
                 print(f"suite {suite.name} changed since the last sweep into {out}: "
                       f"{added} run(s) added, {removed} left out (their finished runs stay "
                       "in runs/ but leave the manifest and the report)", file=sys.stderr)
-        trainings = plan.trainings()
+        queue = CellQueue(plan)            # reads the finished runs' trajectories once
+        trainings = len(queue.trained)
         retimed = (f" ({trainings} trained, {len(plan.todo) - trainings} re-timed from their "
                    "trajectories)" if trainings < len(plan.todo) else "")
         placement = executor or ExecutorConfig()
@@ -421,7 +419,7 @@ def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str
         if dry_run:
             from decobench.cost import describe, suite_cost
 
-            trained = CellQueue(plan).trained
+            trained = queue.trained
             for cell in plan.todo:
                 verb = "run" if cell in trained else "re-time"
                 print(f"  would {verb} {cell.name}", file=sys.stderr)
@@ -440,7 +438,7 @@ def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str
         (out / FAILURES).unlink(missing_ok=True)
         try:
             failures = execute_sweep(plan, jobs, wandb=wandb, show_progress=show_progress,
-                                     executor=executor)
+                                     executor=executor, queue=queue)
         except KeyboardInterrupt:
             remove_abandoned_staging(out)          # the cells in flight start over
             raise

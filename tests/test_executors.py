@@ -212,14 +212,40 @@ def test_a_sweep_on_slurm_equals_the_local_one_and_resumes_a_killed_cell(
     assert "as Slurm jobs" in err and "2 trained, 2 re-timed" in err
     logs = "".join(p.read_text() for p in (out / "slurm").rglob("*.err"))
     assert "resuming" in logs                         # the resubmitted job used the checkpoint
-    deadline = time.monotonic() + 60        # a job's result exists before Slurm ends it
+    # a job's result exists before Slurm ends it, and slurmdbd records jobs asynchronously
+    deadline = time.monotonic() + 60
     while True:
         accounted = subprocess.run(["sacct", "-n", "-X", "-o", "State"], env=env,
                                    capture_output=True, text=True).stdout.split()
-        if "RUNNING" not in accounted and "COMPLETING" not in accounted:
+        if (len(accounted) >= 5 and "RUNNING" not in accounted
+                and "COMPLETING" not in accounted):
             break
         assert time.monotonic() < deadline, accounted
         time.sleep(0.5)
     assert sorted(accounted) == ["COMPLETED"] * 4 + ["FAILED"]   # 4 cells, 1 killed and rerun
     assert _results(out) == _results(local)
     assert _report(out) == _report(local)
+
+
+@pytest.mark.parametrize(("flags", "fragment"), [
+    (["--ray-address", "auto"], "--ray-address needs --executor ray"),
+    (["--slurm-partition", "debug"], "--slurm-partition needs --executor slurm"),
+    (["--executor", "ray", "--retries", "-1"], "--retries must be >= 0"),
+    (["--executor", "mpi"], "invalid choice: 'mpi'"),
+])
+def test_bad_executor_flags_are_one_line(tmp_path, fmnist_root, capsys, flags, fragment):
+    out = tmp_path / "out"
+    assert main(_command(_suite(tmp_path), out, fmnist_root, *flags)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0], err
+    assert not out.exists()
+
+
+def test_bad_resources_name_the_field(tmp_path, fmnist_root, capsys):
+    suite = _suite(tmp_path)
+    data = yaml.safe_load(suite.read_text())
+    data["resources"] = {"cpus": 0}
+    suite.write_text(yaml.safe_dump(data))
+    assert main(_command(suite, tmp_path / "out", fmnist_root)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "resources.cpus" in err[0], err
