@@ -85,6 +85,7 @@ def _rank_pid(out: Path, rank: int, deadline: float) -> int:
     raise AssertionError(f"rank {rank} never started")
 
 
+@pytest.mark.slow  # about a minute: it waits for gloo to notice the lost rank (make test-slow)
 @needs_root
 def test_killed_worker_fails_the_run_naming_the_lost_rank(tmp_path, fmnist_root):
     before = _namespaces()

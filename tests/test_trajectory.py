@@ -161,24 +161,38 @@ def _sweep_results(out: Path) -> dict[str, tuple[list[dict], dict]]:
     return found
 
 
-def test_a_sweep_trains_each_trajectory_once(tmp_path, fmnist_root, capsys):
+def _sweep_command(suite: Path, out: Path, fmnist_root: Path) -> list[str]:
+    return ["sweep", str(suite), "--out", str(out), "--jobs", "1", "--no-wandb",
+            "--no-progress", "--data-root", f"cnn-fmnist={fmnist_root}"]
+
+
+@pytest.fixture(scope="module")
+def reused_grid(tmp_path_factory, fmnist_root) -> tuple[Path, Path, str]:
+    """The grid suite swept once with reuse: (suite, results, stderr), shared by the tests
+    that compare other sweeps of the same suite with it."""
+    import contextlib
+    import io
+
     from decobench.cli import main
 
-    suite = _grid_suite(tmp_path)
+    folder = tmp_path_factory.mktemp("grid")
+    suite = _grid_suite(folder)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(_sweep_command(suite, folder / "reused", fmnist_root)) == 0
+    return suite, folder / "reused", err.getvalue()
 
-    def sweep(out: Path, *extra: str) -> str:
-        capsys.readouterr()
-        assert main(["sweep", str(suite), "--out", str(out), "--jobs", "1", "--no-wandb",
-                     "--no-progress", "--data-root", f"cnn-fmnist={fmnist_root}", *extra]) == 0
-        return capsys.readouterr().err
 
-    err = sweep(tmp_path / "reused")
+def test_a_sweep_trains_each_trajectory_once(tmp_path, fmnist_root, reused_grid):
+    from decobench.cli import main
+
+    suite, reused, err = reused_grid
     assert "9 to run (6 trained, 3 re-timed from their trajectories)" in err
-    sweep(tmp_path / "trained", "--no-reuse")
-    assert _sweep_results(tmp_path / "reused") == _sweep_results(tmp_path / "trained")
+    assert main([*_sweep_command(suite, tmp_path / "trained", fmnist_root), "--no-reuse"]) == 0
+    assert _sweep_results(reused) == _sweep_results(tmp_path / "trained")
     retimed = {run.name.split("__")[1] + "/" + run.name.split("__")[2]:
                json.loads((run / "summary.json").read_text())["retimed_from"]
-               for run in (tmp_path / "reused" / "runs").iterdir()}
+               for run in (reused / "runs").iterdir()}
     assert sum(source is not None for source in retimed.values()) == 3
     assert retimed["fast/d-sgd"].startswith("../cnn-fmnist__slow__d-sgd__")
     assert retimed["fast/dga"].startswith("../cnn-fmnist__slow__dga__")
@@ -186,7 +200,8 @@ def test_a_sweep_trains_each_trajectory_once(tmp_path, fmnist_root, capsys):
     assert not list((tmp_path / "trained" / "runs").glob(f"*/{TRAJECTORY}"))
 
 
-def test_a_killed_sweep_with_reuse_resumes_to_the_same_report(tmp_path, fmnist_root):
+def test_a_killed_sweep_with_reuse_resumes_to_the_same_report(tmp_path, fmnist_root,
+                                                                reused_grid):
     import os
     import signal
     import subprocess
@@ -196,11 +211,10 @@ def test_a_killed_sweep_with_reuse_resumes_to_the_same_report(tmp_path, fmnist_r
     from decobench.cli import main
     from decobench.reports.build import write_report
 
-    suite = _grid_suite(tmp_path)
+    suite, whole, _ = reused_grid
 
     def command(out: Path) -> list[str]:
-        return ["sweep", str(suite), "--out", str(out), "--jobs", "1", "--no-wandb",
-                "--no-progress", "--data-root", f"cnn-fmnist={fmnist_root}"]
+        return _sweep_command(suite, out, fmnist_root)
 
     def report(out: Path) -> dict[str, bytes]:
         written = out.parent / f"{out.name}-report"
@@ -208,8 +222,7 @@ def test_a_killed_sweep_with_reuse_resumes_to_the_same_report(tmp_path, fmnist_r
         return {str(p.relative_to(written)): p.read_bytes()
                 for p in sorted(written.rglob("*")) if p.is_file()}
 
-    whole, killed = tmp_path / "whole", tmp_path / "killed"
-    assert main(command(whole)) == 0
+    killed = tmp_path / "killed"
     runs = killed / "runs"
     process = subprocess.Popen([sys.executable, "-m", "decobench.cli", *command(killed)],
                                cwd=Path(__file__).resolve().parents[1],
