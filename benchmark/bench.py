@@ -4,7 +4,8 @@
    gradients with each engine of :mod:`decobench.gradients` (``grouped``, ``vmap``) on the
    cpu-profile CNN, ViT and GPT-2 for n = 1, 4, 8, 16, against one plain PyTorch
    forward/backward over the same n·B samples (which yields only the summed gradient).
-   ``ratio_grouped`` and ``ratio_vmap`` are the figures.
+   ``ratio_grouped`` and ``ratio_vmap`` are the figures. The process keeps freed memory
+   as training does (:mod:`decobench.allocator`; ``machine.allocator`` says how).
 2. Top-k + error feedback per iteration for d = 1e6, 1e7, 1e8 at δ = 0.01 (one worker),
    against ``torch.topk`` alone on the same vector.
 3. Trajectory reuse (``sweep_reuse``): wall time of one fixed grid sweep (D-SGD, a static
@@ -27,6 +28,7 @@ from typing import Any
 
 import torch
 
+from decobench.allocator import keep_freed_memory
 from decobench.atomicio import write_text_atomic
 from decobench.compressors import TopKCompressor
 from decobench.error_feedback import ErrorFeedback
@@ -296,7 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "machine": {"platform": platform.platform(), "processor": platform.processor(),
                     "torch": str(torch.__version__), "threads": torch.get_num_threads(),
-                    "cpus": os.cpu_count()}}
+                    "cpus": os.cpu_count(),
+                    # as in training (decobench.loop.ModelLearner): both sides of each ratio
+                    "allocator": keep_freed_memory()}}
     for name in chosen:
         result[name] = parts[name]()
     write_text_atomic(Path(args.out), json.dumps(result, indent=2) + "\n")

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 import torch
 
+from decobench.allocator import keep_freed_memory
 from decobench.errors import DecobenchError
 from decobench.evaluation import EvaluationSchedule, TargetBook
 from decobench.flat import FlatLayout
@@ -218,12 +219,14 @@ class ModelLearner:
 
     ``rows``: the workers whose gradients this process computes; the gradient engine is
     chosen on a probe batch (the first B examples of each of those workers; the data order
-    is untouched) by :meth:`decobench.gradients.WorkerGradients.select`.
+    is untouched) by :meth:`decobench.gradients.WorkerGradients.select`. The process keeps
+    freed memory for the next step (:func:`decobench.allocator.keep_freed_memory`).
     """
 
     def __init__(self, run: Any, data: TaskData, rows: slice, device: torch.device) -> None:
         config, task = run.config, run.task
         n = config.workers
+        allocator = keep_freed_memory()
         model = build_seeded_model(task, run.profile, config.seed).to(device)
         layout = FlatLayout.of(model)
         self.params = layout.flatten(model).to(device)
@@ -249,9 +252,9 @@ class ModelLearner:
                                  "(--replay-schedule): it has no (δ, τ) controller")
         probe = torch.arange(local * self.batches.batch_size).reshape(local, -1) % data.num_train
         probe_inputs, probe_targets = data.train_batch(probe)
-        self.gradients_info = self.gradients.select(
+        self.gradients_info = {**self.gradients.select(
             self.method.worker_params(self.params), probe_inputs.to(device),
-            probe_targets.to(device))
+            probe_targets.to(device)), "allocator": allocator}
         self.d = layout.d
         self.data, self.task, self.rows, self.device = data, task, rows, device
         self._grads: torch.Tensor | None = None

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+from decobench.allocator import keep_freed_memory
 from decobench.flat import FlatLayout
 from decobench.gradients import WorkerGradients
 from decobench.grouped_gradients import GroupedGradients, unsupported
@@ -179,6 +180,7 @@ def test_config_yaml_says_which_engine_and_why(tmp_path, fmnist_root, method, en
                  "--no-progress"]) == 0
     gradients = yaml.safe_load((out / "config.yaml").read_text())["gradients"]
     assert gradients["engine"] == engine and reason in gradients["reason"], gradients
+    assert gradients["allocator"] == keep_freed_memory()
 
 
 def test_forcing_grouped_on_a_model_without_rules_is_one_line():
