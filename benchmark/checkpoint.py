@@ -23,6 +23,7 @@ iteration all of them hold (:func:`common_iteration`).
 
 from __future__ import annotations
 
+import io
 import re
 import time
 from dataclasses import dataclass, field
@@ -191,3 +192,44 @@ def _load(path: Path, expected: str, what: str,
                              "configuration; give the same flags as the interrupted run, or "
                              "run without --resume to start over")
     return state
+
+
+@dataclass
+class RefineStarts:
+    """In-memory copies of a first pass's state where its refine pass may start.
+
+    A refine pass (:func:`decobench.runner.execute`) re-evaluates the brackets
+    ``(previous evaluation, hit]`` wider than ``fine_every`` iterations
+    (:func:`decobench.evaluation.refine_windows`). Before the first such bracket the replay
+    evaluates exactly as the first pass did, so it can start from the first pass's state at
+    that bracket's previous evaluation instead of from iteration 0. :meth:`after_evaluation`
+    keeps the latest evaluation's state (the checkpoint's format, pickled with
+    :func:`torch.save` into memory, so later iterations cannot change it) and holds on to it
+    when the next evaluation meets a target with a bracket that wide; :meth:`state_at` gives
+    it back. A state at iteration 0 is never kept: the replay starts from the seed there.
+    """
+
+    fine_every: int
+    kept: dict[int, bytes] = field(default_factory=dict)
+    _last: tuple[int, bytes] | None = None
+
+    def after_evaluation(self, iteration: int, hits: Any, state: Any, fine: bool) -> None:
+        """An evaluation after ``iteration`` iterations; ``hits``: the target book's hits so
+        far; ``state()``: the whole state after it, as a checkpoint holds it; ``fine``: the
+        next evaluation is at most ``fine_every`` iterations away (no bracket can open here
+        that needs refining, so no copy is made)."""
+        if self._last is not None and any(
+                hit.previous_iteration == self._last[0] and hit.resolution_iters > self.fine_every
+                for hit in hits.values()):
+            self.kept[self._last[0]] = self._last[1]
+        self._last = None
+        if fine:
+            return
+        buffer = io.BytesIO()
+        torch.save(state(), buffer)
+        self._last = (iteration, buffer.getvalue())
+
+    def state_at(self, iteration: int) -> dict[str, Any] | None:
+        """The state kept after ``iteration`` iterations, or None."""
+        blob = self.kept.get(iteration)
+        return None if blob is None else torch.load(io.BytesIO(blob), weights_only=False)

@@ -27,6 +27,7 @@ back on another network's clock (:mod:`decobench.trajectory`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -296,7 +297,7 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
           book: TargetBook, log: Callable[[dict[str, Any]], None], *, wall_start: float,
           show_progress: bool, begin: Callable[[int, dict[str, Any]], None] | None = None,
           checkpoint: Any = None, resume: dict[str, Any] | None = None,
-          learner: Learner | None = None) -> Trained:
+          learner: Learner | None = None, refine_starts: Any = None) -> Trained:
     """Train once over ``transport``: ``learner`` (default: a :class:`ModelLearner` built
     from the run's seed for the transport's rows) drives the model side.
 
@@ -307,6 +308,8 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
     ``checkpoint`` (a :class:`decobench.checkpoint.Checkpointer`, or a
     :class:`~decobench.checkpoint.RankCheckpointer` on the emulated backend) saves the whole
     state when the transport agrees it is due; ``resume``: a saved state to continue from.
+    ``refine_starts`` (a :class:`decobench.checkpoint.RefineStarts`, simulated backend) is
+    given the state after each evaluation, for a refine pass to start from.
     """
     config, task = run.config, run.task
     if learner is None:
@@ -327,17 +330,19 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
         first = resume["iteration"]
     transport.start(learner.d, None if resume is None else resume["transport"])
 
-    def save_checkpoint(k: int) -> None:
-        """After iteration k, when the transport says every process saves now."""
-        if checkpoint is None or not transport.checkpoint_now(k, checkpoint.due()):
-            return
+    def state_after(k: int) -> dict[str, Any]:
+        """The whole state after iteration k (a checkpoint's contents)."""
         state = transport.state_dict()
         if leader:                         # the rows waiting for their loss can be written
             rows_out.known(transport.losses())
         assert not rows_out.pending, "a checkpoint needs every row written"
-        checkpoint.save({
-            "iteration": k + 1, "learner": learner.state_dict(), "outcome": outcome,
-            "book": book, "metrics_at": metrics_at, "transport": state})
+        return {"iteration": k + 1, "learner": learner.state_dict(), "outcome": outcome,
+                "book": book, "metrics_at": metrics_at, "transport": state}
+
+    def save_checkpoint(k: int) -> None:
+        """After iteration k, when the transport says every process saves now."""
+        if checkpoint is not None and transport.checkpoint_now(k, checkpoint.due()):
+            checkpoint.save(state_after(k))
     with progress:
         for k in range(first, run.max_iters):
             for observation in transport.observations(k):
@@ -400,6 +405,10 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
                 outcome.status = ("finished" if config.target is None or outcome.reached
                                   else "budget_exhausted")
                 break
+            if refine_starts is not None and k + 1 in metrics_at:
+                refine_starts.after_evaluation(k + 1, book.hits,
+                                               functools.partial(state_after, k),
+                                               fine=evaluations.fine(book))
             save_checkpoint(k)
     transport.finish()
     if leader:

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from decobench import __version__
 from decobench.backends import Backend, get_backend
-from decobench.checkpoint import CHECKPOINT, Checkpointer, load_checkpoint
+from decobench.checkpoint import CHECKPOINT, Checkpointer, RefineStarts, load_checkpoint
 from decobench.config import RunConfig, format_validation_error
 from decobench.errors import DecobenchError
 from decobench.evaluation import (
@@ -271,8 +271,12 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
 
     **Refine pass.** A target first met at an evaluation whose bracket is wider than the fine
     cadence ``E_f`` (the metric jumped past the fine window between two evaluations) is
-    bracketed again by replaying the run from the start, evaluating every ``E_f`` iterations
-    inside that bracket (:func:`decobench.evaluation.refine_windows`). The simulated run is
+    bracketed again by replaying the run, evaluating every ``E_f`` iterations inside that
+    bracket (:func:`decobench.evaluation.refine_windows`). The replay starts from the first
+    pass's state at the evaluation opening the first such bracket, kept in memory
+    (:class:`decobench.checkpoint.RefineStarts`; its rows up to there are kept), and from
+    the start when there is none (a re-timed run, or a first pass resumed from a checkpoint
+    taken after that evaluation). The simulated run is
     deterministic and evaluations do not touch its trajectory, so the replay trains the same
     model; the replay's metric at the first pass's hit must equal the first pass's, or the run
     fails. ``metrics.jsonl`` then holds the replay, ``wall_time_s`` both passes, and
@@ -322,19 +326,29 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
         tracker.log(row)
 
     evaluations, _ = evaluation_plan(run)
+    # a re-timed run replays from the start: its decision policy's state is not saved
+    starts = (RefineStarts(config.fine_eval_every)
+              if config.fine_eval_every is not None and not retime else None)
     try:
         if state is None:
             rundir.open_metrics()
         first = _train_pass(run, data, evaluations, log, wall_start, show_progress, begin,
-                            checkpoint=checkpoint, resume=state, learner_for=learner_for)
+                            checkpoint=checkpoint, resume=state, learner_for=learner_for,
+                            refine_starts=starts)
         first_pass.append(first)
         result, refined = first, []
         windows = refine_windows(first.book, config.fine_eval_every)
         if windows and first.outcome.status != "diverged":
+            start = None if starts is None else starts.state_at(windows[0][0])
             rundir.abandon_metrics()
-            rundir.open_metrics()
+            if start is None:
+                rundir.open_metrics()
+            else:                       # keep the first pass's rows up to the start
+                rundir = RunDirectory.resume(run.out, start["iteration"])
+            del starts
             result = _train_pass(run, data, evaluations.with_windows(windows), rundir.log,
-                                 wall_start, show_progress, None, learner_for=learner_for)
+                                 wall_start, show_progress, None, resume=start,
+                                 learner_for=learner_for)
             _check_replay(first, result)
             refined = sorted(t for t, hit in first.book.hits.items()
                              if (hit.previous_iteration, hit.iteration) in windows)
@@ -408,7 +422,8 @@ def _train_pass(run: PreparedRun, data: TaskData, evaluations: EvaluationSchedul
                 log: Any, wall_start: float, show_progress: bool, begin: Any,
                 checkpoint: Checkpointer | None = None,
                 resume: dict[str, Any] | None = None,
-                learner_for: Callable[[SimulatedTransport], Learner] | None = None) -> _Pass:
+                learner_for: Callable[[SimulatedTransport], Learner] | None = None,
+                refine_starts: RefineStarts | None = None) -> _Pass:
     """Build the model, method and clock from the seed and train once (one pass)."""
     config = run.config
 
@@ -423,7 +438,8 @@ def _train_pass(run: PreparedRun, data: TaskData, evaluations: EvaluationSchedul
                     show_progress=show_progress,
                     begin=None if begin is None else (lambda d, g: begin(d, trace_for(d), g)),
                     checkpoint=checkpoint, resume=resume,
-                    learner=None if learner_for is None else learner_for(transport))
+                    learner=None if learner_for is None else learner_for(transport),
+                    refine_starts=refine_starts)
     return _Pass(trained.outcome, trained.book, transport, transport.trace, trained.d,
                  trained.metrics_at)
 

@@ -156,10 +156,14 @@ class RecordingLearner:
         return {**self.inner.state_dict(), "trajectory": self.trajectory}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a saved state. The recording keeps what it holds beyond the state
+        (a refine pass starting from a first-pass state after the whole first pass has been
+        recorded): the steps of one run agree, so the longer list is kept, and evaluations
+        are only added."""
         self.inner.load_state_dict(state)
         recorded = state["trajectory"]
-        self.trajectory.steps[:] = recorded.steps
-        self.trajectory.metrics.clear()
+        if len(recorded.steps) > len(self.trajectory.steps):
+            self.trajectory.steps[:] = recorded.steps
         self.trajectory.metrics.update(recorded.metrics)
 
 

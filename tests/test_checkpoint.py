@@ -20,7 +20,7 @@ from decobench.trajectory import TRAJECTORY, Trajectory
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = ["--task", "cnn-fmnist", "--trace", "wan-200ms-lowbw-varying", "--workers", "2",
-        "--max-iters", "60", "--eval-every", "10", "--seed", "3", "--no-wandb",
+        "--batch-size", "8", "--max-iters", "60", "--eval-every", "10", "--seed", "3", "--no-wandb",
         "--no-progress"]
 
 
@@ -94,7 +94,7 @@ def test_what_cannot_be_resumed_is_one_line(tmp_path, fmnist_root, capsys):
 
 def test_a_killed_sweep_continues_its_cell_from_the_checkpoint(tmp_path, fmnist_root):
     suite = {"name": "ck", "description": "one cell, checkpointed every iteration",
-             "defaults": {"checkpoint_every_s": 1e-9, "eval_every": 10},
+             "defaults": {"checkpoint_every_s": 1e-9, "eval_every": 10, "batch_size": 8},
              "conditions": {"wan": {"trace": "wan-200ms-lowbw-varying"}},
              "experiments": [{"name": "e", "tasks": ["cnn-fmnist"], "conditions": ["wan"],
                               "methods": ["deco-sgd"], "workers": [2], "seeds": [0],

@@ -177,3 +177,53 @@ def test_refine_pass_brackets_a_jump_within_e_f(tmp_path, fmnist_root):
     evals_r = {r["iteration"]: r["metric"] for r in rows_r if "metric" in r}
     assert evals_c.items() <= evals_r.items()
     assert [r["loss"] for r in rows_c] == [r["loss"] for r in rows_r]
+
+
+def test_a_refine_pass_from_the_kept_state_equals_a_replay_from_the_start(tmp_path, fmnist_root,
+                                                                          monkeypatch):
+    """The refine pass starts from the first pass's state at the evaluation opening the first
+    wide bracket (decobench.checkpoint.RefineStarts): metrics.jsonl, summary.json and the
+    recorded trajectory equal a replay from iteration 0's (wall-clock fields aside). Two
+    targets, so that two brackets are refined and the run goes on after the first."""
+    import torch
+
+    from decobench.checkpoint import RefineStarts
+    from decobench.config import RunConfig
+    from decobench.runner import execute, prepare
+    from decobench.trajectory import TRAJECTORY, Reuse, reuse_key
+
+    started = []
+    state_at = RefineStarts.state_at
+
+    def spy(self, iteration):
+        state = state_at(self, iteration)
+        started.append(None if state is None else state["iteration"])
+        return state
+
+    def run(out, *, from_start):
+        monkeypatch.setattr(RefineStarts, "state_at",
+                            (lambda self, iteration: None) if from_start else spy)
+        config = RunConfig(task="cnn-fmnist", method="dd-ef-sgd", workers=2, seed=1,
+                           trace="constant-20mbps-100ms", data_root=str(fmnist_root),
+                           out=str(out), max_iters=60, eval_every=10, fine_eval_every=2, batch_size=16,
+                           fine_eval_margin=0.001, milestones=[0.4], target=0.55,
+                           stop_at_target=False)
+        prepared = prepare(config)
+        key, _ = reuse_key(prepared)
+        execute(prepared, show_progress=False, reuse=Reuse(key))
+        rows = read_metrics(out)
+        for row in rows:
+            row.pop("wall_time_s", None)
+        summary = read_summary(out)
+        summary.pop("wall_time_s")
+        summary.pop("trace_path")
+        recorded = torch.load(out / TRAJECTORY, weights_only=False)
+        return rows, summary, recorded
+
+    kept = run(tmp_path / "kept", from_start=False)
+    replayed = run(tmp_path / "replayed", from_start=True)
+    assert started and started[0] is not None and started[0] > 0, started
+    assert len(kept[1]["refined_targets"]) == 2, kept[1]
+    assert kept[0] == replayed[0]
+    assert kept[1] == replayed[1]
+    assert kept[2] == replayed[2]
