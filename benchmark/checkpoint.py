@@ -230,6 +230,10 @@ class RefineStarts:
         self._last = (iteration, buffer.getvalue())
 
     def state_at(self, iteration: int) -> dict[str, Any] | None:
-        """The state kept after ``iteration`` iterations, or None."""
+        """The state kept after ``iteration`` iterations, or None. The latest copy counts
+        too: a run that stops at the evaluation meeting its target never reaches the next
+        :meth:`after_evaluation`."""
         blob = self.kept.get(iteration)
+        if blob is None and self._last is not None and self._last[0] == iteration:
+            blob = self._last[1]
         return None if blob is None else torch.load(io.BytesIO(blob), weights_only=False)

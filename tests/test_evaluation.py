@@ -3,6 +3,7 @@ and that fine evaluation near the target changes nothing but the evaluations."""
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -179,12 +180,17 @@ def test_refine_pass_brackets_a_jump_within_e_f(tmp_path, fmnist_root):
     assert [r["loss"] for r in rows_c] == [r["loss"] for r in rows_r]
 
 
-def test_a_refine_pass_from_the_kept_state_equals_a_replay_from_the_start(tmp_path, fmnist_root,
-                                                                          monkeypatch):
+@pytest.mark.parametrize(("targets", "refined"), [
+    ({"milestones": [0.4], "target": 0.55, "stop_at_target": False}, 2),
+    ({"target": 0.55, "stop_at_target": True}, 1),
+], ids=["milestone-and-target", "stop-at-target"])
+def test_a_refine_pass_from_the_kept_state_equals_a_replay_from_the_start(
+        tmp_path, fmnist_root, monkeypatch, targets, refined):
     """The refine pass starts from the first pass's state at the evaluation opening the first
     wide bracket (decobench.checkpoint.RefineStarts): metrics.jsonl, summary.json and the
-    recorded trajectory equal a replay from iteration 0's (wall-clock fields aside). Two
-    targets, so that two brackets are refined and the run goes on after the first."""
+    recorded trajectory equal a replay from iteration 0's (wall-clock fields aside). With a
+    milestone and a target two brackets are refined and the run goes on after the first;
+    a run stopped at its target refines the bracket of its last evaluation."""
     import torch
 
     from decobench.checkpoint import RefineStarts
@@ -205,9 +211,8 @@ def test_a_refine_pass_from_the_kept_state_equals_a_replay_from_the_start(tmp_pa
                             (lambda self, iteration: None) if from_start else spy)
         config = RunConfig(task="cnn-fmnist", method="dd-ef-sgd", workers=2, seed=1,
                            trace="constant-20mbps-100ms", data_root=str(fmnist_root),
-                           out=str(out), max_iters=60, eval_every=10, fine_eval_every=2, batch_size=16,
-                           fine_eval_margin=0.001, milestones=[0.4], target=0.55,
-                           stop_at_target=False)
+                           out=str(out), max_iters=60, eval_every=10, fine_eval_every=2,
+                           batch_size=16, fine_eval_margin=0.001, **targets)
         prepared = prepare(config)
         key, _ = reuse_key(prepared)
         execute(prepared, show_progress=False, reuse=Reuse(key))
@@ -223,7 +228,7 @@ def test_a_refine_pass_from_the_kept_state_equals_a_replay_from_the_start(tmp_pa
     kept = run(tmp_path / "kept", from_start=False)
     replayed = run(tmp_path / "replayed", from_start=True)
     assert started and started[0] is not None and started[0] > 0, started
-    assert len(kept[1]["refined_targets"]) == 2, kept[1]
+    assert len(kept[1]["refined_targets"]) == refined, kept[1]
     assert kept[0] == replayed[0]
     assert kept[1] == replayed[1]
     assert kept[2] == replayed[2]
