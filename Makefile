@@ -44,7 +44,8 @@ venv: $(STAMP)
 # Debian packages some tests need, installed when missing in a root shell with apt-get (as
 # in CI); elsewhere those tests are skipped with a message saying so: docker-compose validates
 # docker/compose.yaml; slurmctld, slurmd, slurm-client, munge, slurmdbd and mariadb-server
-# run a real single-node Slurm for `decobench sweep --executor slurm` (tests/test_executors.py).
+# run a real single-node Slurm for `decobench sweep --executor slurm` (tests/test_executors.py,
+# make test-slow).
 TOOL_PACKAGES := docker-compose:docker-compose slurmctld:slurmctld slurmd:slurmd \
                  sbatch:slurm-client munged:munge slurmdbd:slurmdbd mariadbd:mariadb-server
 tools:
@@ -62,7 +63,7 @@ tools:
 test: $(STAMP) tools
 	$(PY) -m pytest -q
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) tools
 	$(PY) -m pytest -q -m slow
 
 bench: $(STAMP)

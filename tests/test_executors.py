@@ -145,6 +145,7 @@ def ray_cluster():
         assert not _pids(str(temp)), "a Ray process outlived its cluster"
 
 
+@pytest.mark.slow  # a live cluster, about 35 s (make test-slow)
 def test_a_sweep_on_ray_equals_the_local_one_and_resumes_a_killed_cell(
         tmp_path, fmnist_root, local_sweep, ray_cluster):
     address, env = ray_cluster
@@ -196,6 +197,7 @@ def slurm_cluster(tmp_path_factory):
         subprocess.run(["bash", str(script), "down", str(root)], env=env, timeout=120)
 
 
+@pytest.mark.slow  # a live cluster, about 35 s (make test-slow)
 def test_a_sweep_on_slurm_equals_the_local_one_and_resumes_a_killed_cell(
         tmp_path, fmnist_root, local_sweep, slurm_cluster):
     env = slurm_cluster
