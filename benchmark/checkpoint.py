@@ -196,7 +196,7 @@ def _load(path: Path, expected: str, what: str,
 
 @dataclass
 class RefineStarts:
-    """In-memory copies of a first pass's state where its refine pass may start.
+    """An in-memory copy of a first pass's state where its refine pass starts.
 
     A refine pass (:func:`decobench.runner.execute`) re-evaluates the brackets
     ``(previous evaluation, hit]`` wider than ``fine_every`` iterations
@@ -205,12 +205,13 @@ class RefineStarts:
     that bracket's previous evaluation instead of from iteration 0. :meth:`after_evaluation`
     keeps the latest evaluation's state (the checkpoint's format, pickled with
     :func:`torch.save` into memory, so later iterations cannot change it) and holds on to it
-    when the next evaluation meets a target with a bracket that wide; :meth:`state_at` gives
-    it back. A state at iteration 0 is never kept: the replay starts from the seed there.
+    when the next evaluation meets a target with a bracket that wide; that is the first
+    bracket, so from then on nothing more is copied. :meth:`state_at` gives it back. A state
+    at iteration 0 is never kept: the replay starts from the seed there.
     """
 
     fine_every: int
-    kept: dict[int, bytes] = field(default_factory=dict)
+    kept: tuple[int, bytes] | None = None
     _last: tuple[int, bytes] | None = None
 
     def after_evaluation(self, iteration: int, hits: Any, state: Any, fine: bool) -> None:
@@ -218,10 +219,13 @@ class RefineStarts:
         far; ``state()``: the whole state after it, as a checkpoint holds it; ``fine``: the
         next evaluation is at most ``fine_every`` iterations away (no bracket can open here
         that needs refining, so no copy is made)."""
+        if self.kept is not None:
+            return
         if self._last is not None and any(
                 hit.previous_iteration == self._last[0] and hit.resolution_iters > self.fine_every
                 for hit in hits.values()):
-            self.kept[self._last[0]] = self._last[1]
+            self.kept, self._last = self._last, None
+            return
         self._last = None
         if fine:
             return
@@ -233,7 +237,7 @@ class RefineStarts:
         """The state kept after ``iteration`` iterations, or None. The latest copy counts
         too: a run that stops at the evaluation meeting its target never reaches the next
         :meth:`after_evaluation`."""
-        blob = self.kept.get(iteration)
-        if blob is None and self._last is not None and self._last[0] == iteration:
-            blob = self._last[1]
-        return None if blob is None else torch.load(io.BytesIO(blob), weights_only=False)
+        for copy in (self.kept, self._last):
+            if copy is not None and copy[0] == iteration:
+                return torch.load(io.BytesIO(copy[1]), weights_only=False)
+        return None
