@@ -248,3 +248,21 @@ def test_run_property_one_line_or_a_finished_run(tmp_path_factory, fmnist_root, 
         assert_sane_summary(json.loads((out / "summary.json").read_text()))
     else:
         assert_one_line_error(code, captured.err, out)
+
+
+def test_a_data_root_for_a_task_the_suite_does_not_run_is_ignored(tmp_path):
+    # `make reproduce SUITE=cpu-paper-vit` passes every task's root; the ViT-only suite
+    # must not refuse them (it did: the README command stopped before its first run)
+    from PIL import Image
+
+    from decobench.cli import main
+
+    imagenet = tmp_path / "imagenet"
+    for split in ("train", "val"):
+        for cls in ("n00000001", "n00000002"):
+            (imagenet / split / cls).mkdir(parents=True)
+            Image.new("RGB", (8, 8)).save(imagenet / split / cls / "a.png")
+    code = main(["sweep", "cpu-paper-vit", "--data-root", f"cnn-fmnist={tmp_path}",
+                 "--data-root", f"vit-imagenet={imagenet}", "--out", str(tmp_path / "r"),
+                 "--dry-run", "--no-progress"])
+    assert code == 0
