@@ -245,9 +245,11 @@ def _add_fidelity(sub: Any, argv: Sequence[str]) -> None:
                           "the profile's)")
     fidelity.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     fidelity.add_argument("--data-root", metavar="DIR", help="existing copy of the data set")
-    fidelity.add_argument("--latency-mechanism", choices=["auto", "netem", "comm-layer"],
+    fidelity.add_argument("--latency-mechanism", choices=["auto", "netem", "nfqueue",
+                                                           "comm-layer"],
                           default="auto", help="who adds the latency on the emulated side "
-                          "(default auto: netem if the kernel has it, else comm-layer)")
+                          "(default auto: netem if the kernel has it, else nfqueue where "
+                          "iptables can queue packets, else comm-layer)")
     fidelity.add_argument("--out", default="results/fidelity", metavar="DIR",
                           help="output folder (default results/fidelity)")
     fidelity.add_argument("--overwrite", action="store_true", help="replace earlier runs")

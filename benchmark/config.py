@@ -23,11 +23,13 @@ class EmulationConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    latency_mechanism: Literal["auto", "netem", "comm-layer", "kernel"] = Field(
+    latency_mechanism: Literal["auto", "netem", "nfqueue", "comm-layer", "kernel"] = Field(
         "auto", description="who adds the trace's one-way latency: netem in "
-        "the kernel, or the communication layer (message delivered at transmission end + "
-        "l·b(t)); auto = netem if the kernel has sch_netem, else comm-layer; kernel = the "
-        "network in place already has its latency (torchrun on real or docker-tc links)")
+        "the kernel; nfqueue, a user-space delayer that holds every received packet (data "
+        "and ACKs) on kernels without netem; or the communication layer (message delivered "
+        "at transmission end + l·b(t)); auto = the first of netem, nfqueue, comm-layer this "
+        "machine can do; kernel = the network in place already has its latency (torchrun on "
+        "real or shaped links)")
     timeout_s: float | None = Field(
         None, gt=0, description="seconds a collective may take before a "
         "peer counts as lost (default: 60 s plus twice a dense message's transfer time at the "
@@ -35,10 +37,15 @@ class EmulationConfig(BaseModel):
     skip_probe: bool = Field(False, description="do not measure the shaped "
                              "links before training (the probe result is still required to "
                              "be within 10% unless this is set)")
+    packet_loss: float = Field(0.0, ge=0, lt=0.5, description="fraction of the packets each "
+                               "worker receives that are dropped (iptables statistic rule, "
+                               "data and ACKs alike; added after the probe), e.g. 0.01 = 1%; "
+                               "the simulated clock has no loss model")
 
 
 FLAT_EMULATION_FIELDS = {"latency_mechanism": "latency_mechanism",
-                         "emulation_timeout_s": "timeout_s", "skip_probe": "skip_probe"}
+                         "emulation_timeout_s": "timeout_s", "skip_probe": "skip_probe",
+                         "packet_loss": "packet_loss"}
 """Run-config keys (and flags) that set :class:`EmulationConfig` fields: flat key -> field."""
 
 

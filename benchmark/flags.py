@@ -72,17 +72,24 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
                    "in one process on the simulated clock (default); emulated = n worker "
                    "processes (torch.distributed) in Linux network namespaces over links "
                    "shaped live from the trace, times measured (root; docs/emulation.md)")
-    g.add_argument("--latency-mechanism", choices=["auto", "netem", "comm-layer", "kernel"],
+    g.add_argument("--latency-mechanism",
+                   choices=["auto", "netem", "nfqueue", "comm-layer", "kernel"],
                    default=S, help="emulated: who adds the trace's one-way latency: netem "
-                   "(kernel qdisc), comm-layer (each message delivered at transmission end + "
-                   "l·b(t); rate still shaped by tc), auto (netem if the kernel has sch_netem, "
-                   "else comm-layer; default), kernel (torchrun ranks on links that already "
-                   "have their latency)")
+                   "(kernel qdisc), nfqueue (a user-space delayer holds every received packet, "
+                   "data and ACKs: packet-level latency without netem; needs iptables), "
+                   "comm-layer (each message delivered at transmission end + l·b(t); rate "
+                   "still shaped by tc), auto (the first of netem, nfqueue, comm-layer that "
+                   "works here; default), kernel (torchrun ranks on links that already have "
+                   "their latency)")
     g.add_argument("--emulation-timeout-s", type=float, default=S, metavar="SECONDS",
                    help="emulated: seconds a collective may take before a peer counts as lost "
                    "(default 60 + twice a dense message's transfer at the lowest bandwidth)")
     g.add_argument("--skip-probe", action="store_true", default=S,
                    help="emulated: do not measure the shaped links before training")
+    g.add_argument("--packet-loss", type=float, default=S, metavar="FRACTION",
+                   help="emulated: drop this fraction of the packets each worker receives "
+                   "(data and ACKs; an iptables rule added after the probe), e.g. 0.01 for "
+                   "1%%; default 0")
     g.add_argument("--profile", default=S, help="task profile (default 'paper')")
     g.add_argument("--init", choices=["scratch", "pretrained"], default=S,
                    help="model initialisation: scratch (default) or pretrained: published "

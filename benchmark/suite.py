@@ -46,7 +46,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from decobench.config import FLAT_EMULATION_FIELDS, RunConfig, build_run_config
+from decobench.config import (
+    FLAT_EMULATION_FIELDS,
+    EmulationConfig,
+    RunConfig,
+    build_run_config,
+)
 from decobench.errors import DecobenchError
 
 SUITES_DIR = Path(__file__).parent / "suites"
@@ -336,6 +341,11 @@ while they hold their default, so finished sweeps keep their identities (a run t
 of them gets a new identity, as it computes something else)."""
 
 
+EMULATION_ADDED_LATER: tuple[str, ...] = ("packet_loss",)
+"""Emulation settings added after emulated runs were first made: left out of an emulated
+run's identity while they hold their default."""
+
+
 def identity(config: RunConfig) -> str:
     """SHA-256 of the resolved config without paths that do not change the computation
     (:data:`IDENTITY_EXCLUDED`); a trace file counts by its content, not its path."""
@@ -346,7 +356,9 @@ def identity(config: RunConfig) -> str:
     if config.backend != "simulated":
         # the emulated settings count flat, under their flag names, as before they were
         # nested (RunConfig.emulation), so identities do not change
-        values.update({flat: emulation[name] for flat, name in FLAT_EMULATION_FIELDS.items()})
+        values.update({flat: emulation[name] for flat, name in FLAT_EMULATION_FIELDS.items()
+                       if not (flat in EMULATION_ADDED_LATER and emulation[name] ==
+                               EmulationConfig.model_fields[name].get_default())})
     # on the simulated backend they change nothing, and leaving them out keeps the
     # identities of runs made before the emulated backend existed
     for key in ADDED_LATER:

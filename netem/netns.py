@@ -32,16 +32,18 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from decobench.errors import DecobenchError
 from decobench.netem.tc import (
     MECHANISMS,
     TCP_FRAMING_FACTOR,
     LinkSetting,
+    check_readback,
     device_commands,
     exec_in,
     format_command,
+    readback_commands,
     shaping_commands,
 )
 
@@ -123,6 +125,45 @@ def require_root() -> None:
             "command(s) from iproute2, not found on PATH; install iproute2 "
             "(e.g. `apt-get install iproute2`) or use the default simulated backend"
         )
+
+
+class ShapingMismatch(DecobenchError):
+    """A link's shaping, read back after it was set, is not what was asked for."""
+
+
+def verify_shaping(runner: Runner, dev: str, netns: str | None, setting: LinkSetting,
+                   mechanism: str, framing_factor: float, link: str) -> None:
+    """Read ``dev``'s qdiscs and classes back from tc and raise :class:`ShapingMismatch`
+    naming ``link`` unless they are what :func:`decobench.netem.tc.shaping_commands` set for
+    ``setting`` (never shape silently wrong: a tc that answers success and leaves the link
+    unshaped, or shaped at another rate, stops the run)."""
+    classes, qdiscs = (runner.run(argv).stdout for argv in readback_commands(dev, netns))
+    problems = check_readback(classes, qdiscs, setting, mechanism, framing_factor)
+    if problems:
+        raise ShapingMismatch(f"{link} ({dev}{f' in {netns}' if netns else ''}) is not "
+                              f"shaped to {setting.describe()} under {mechanism}: "
+                              + "; ".join(problems))
+
+
+class Delayer(Protocol):
+    """A running packet delayer of one link (:class:`decobench.netem.nfqueue.DelayerProcess`)."""
+
+    def set_delay(self, delay_s: float) -> float: ...
+
+    def alive(self) -> bool: ...
+
+    def stop(self) -> Any: ...
+
+
+DelayerFactory = Callable[[list[str], float, str], Delayer]
+"""``factory(prefix, delay_s, name)`` starts a delayer with the command prefix ``prefix``
+(``ip netns exec NS``) holding packets ``delay_s``; ``name`` names the link in errors."""
+
+
+def _nfqueue_delayer(prefix: list[str], delay_s: float, name: str) -> Delayer:
+    from decobench.netem.nfqueue import DelayerProcess
+
+    return DelayerProcess(prefix, delay_s, name)
 
 
 def in_netns(namespace: str, argv: Sequence[str]) -> list[str]:
@@ -254,6 +295,12 @@ class NamespaceNetwork:
     each worker's egress with ``setting`` (tc action ``add``); leaving the block deletes the
     namespaces (which deletes the veth pairs and the bridge), also after an exception.
     ``runner`` defaults to :class:`SubprocessRunner` and then root is required.
+
+    Every setting is read back from tc after it is applied (``verify``; see
+    :func:`verify_shaping`). Under the ``nfqueue`` mechanism each worker's ``eth0`` also
+    gets an iptables NFQUEUE rule on INPUT and a delayer process in its namespace
+    (``delayer_factory``), whose delay :meth:`apply` changes with the rate and reads back;
+    :attr:`delay_stats` holds each delayer's final statistics after teardown.
     """
 
     plan: NetworkPlan
@@ -262,6 +309,12 @@ class NamespaceNetwork:
     runner: Runner | None = None
     framing_factor: float = TCP_FRAMING_FACTOR
     clock: Callable[[], float] = time.monotonic
+    verify: bool = True
+    delayer_factory: DelayerFactory = _nfqueue_delayer
+    loss: float = field(default=0.0, init=False)
+    _switches: dict[int, Any] = field(default_factory=dict, init=False, repr=False)
+    delay_stats: dict[int, Any] = field(default_factory=dict, init=False, repr=False)
+    _delayers: dict[int, Delayer] = field(default_factory=dict, init=False, repr=False)
     _log: list[CommandRecord] = field(default_factory=list, init=False, repr=False)
     _created: list[str] = field(default_factory=list, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -287,9 +340,21 @@ class NamespaceNetwork:
         """Create the namespaces and links and apply the initial setting (``add``)."""
         if self._up or self._created:
             raise DecobenchError(f"network {self.plan.prefix} was already created")
+        from decobench.netem.loss import OUTAGE_BPS, LinkSwitch, is_outage
+
+        if is_outage(self.setting.rate_bps):
+            raise DecobenchError(
+                f"the first setting, {self.setting.describe()}, is an outage (below "
+                f"{OUTAGE_BPS / 1e3:g} kbit/s): the links cannot be set up and probed; start "
+                "the trace with a usable row")
         if self.runner is None:
             require_root()
             self.runner = SubprocessRunner()
+        runner = self.runner
+        self._switches = {i: LinkSwitch(WORKER_DEVICE, self.plan.worker_namespace(i),
+                                        self._run, lambda argv: runner.run(argv).stdout,
+                                        self._link_name(i))
+                          for i in range(self.plan.workers)}
         self._t0 = self.clock()
         plan, tag = self.plan, owner_tag()
         try:
@@ -310,6 +375,8 @@ class NamespaceNetwork:
                     self._run(argv)
                 self._run(["ip", "-n", ns, "link", "set", WORKER_DEVICE, "up"])
                 self._shape(i, self.setting, "add")
+                if self.mechanism == "nfqueue":
+                    self._start_delayer(i)
         except BaseException:
             self.teardown()
             raise
@@ -321,9 +388,31 @@ class NamespaceNetwork:
         self._run(["ip", "-n", ns, "link", "set", "lo", "alias", tag])
         self._run(["ip", "-n", ns, "link", "set", "lo", "up"])
 
+    def _start_delayer(self, i: int) -> None:
+        from decobench.netem.nfqueue import rule_commands
+
+        ns = self.plan.worker_namespace(i)
+        for argv in rule_commands(WORKER_DEVICE, "add", netns=ns):
+            self._run(argv)
+        with self._lock:
+            t = self.clock() - (self._t0 if self._t0 is not None else self.clock())
+            self._log.append(CommandRecord(t, ("# nfqueue delayer", ns,
+                                               f"delay {self.setting.latency_s!r} s")))
+        self._delayers[i] = self.delayer_factory(
+            exec_in(ns), self.setting.latency_s, self._link_name(i))
+
+    def _link_name(self, i: int) -> str:
+        return f"link of worker {i} ({self.plan.worker_address(i)})"
+
     def teardown(self) -> None:
         """Delete every namespace this network created; safe to call more than once."""
         errors: list[str] = []
+        while self._delayers:
+            i, delayer = self._delayers.popitem()
+            try:
+                self.delay_stats[i] = delayer.stop()
+            except DecobenchError as exc:
+                errors.append(str(exc))
         while self._created:
             ns = self._created[-1]
             try:
@@ -342,11 +431,25 @@ class NamespaceNetwork:
 
     # ------------------------------------------------------------------------ shaping
     def apply(self, setting: LinkSetting) -> None:
-        """Give every worker link ``setting`` now (``tc qdisc change``, queues kept)."""
+        """Give every worker link ``setting`` now (``tc qdisc change``, queues kept). A
+        bandwidth below :data:`decobench.netem.loss.OUTAGE_BPS` takes the links down
+        instead (they drop every packet; the shaping keeps its last rate) until a setting
+        above it comes."""
+        from decobench.netem.loss import is_outage
+
         if not self._up:
             raise DecobenchError("the emulated network is not up (use it inside its with-block)")
+        down = is_outage(setting.rate_bps)
         for i in range(self.plan.workers):
-            self._shape(i, setting, "change")
+            if not down:
+                self._shape(i, setting, "change")
+                delayer = self._delayers.get(i)
+                if delayer is not None:
+                    if not delayer.alive():
+                        raise DecobenchError(f"the NFQUEUE delayer of the {self._link_name(i)} "
+                                             "has exited: that link drops every packet")
+                    delayer.set_delay(setting.latency_s)
+            self._switches[i].set(down)
         self.setting = setting
 
     def _shape(self, i: int, setting: LinkSetting, action: str) -> None:
@@ -355,6 +458,48 @@ class NamespaceNetwork:
             WORKER_DEVICE, setting, self.mechanism, action, self.framing_factor, netns=ns
         ):
             self._run(argv)
+        if self.verify:
+            assert self.runner is not None
+            verify_shaping(self.runner, WORKER_DEVICE, ns, setting, self.mechanism,
+                           self.framing_factor, self._link_name(i))
+
+    def set_loss(self, probability: float) -> None:
+        """Drop ``probability`` of the packets each worker receives (0 removes the rules);
+        each rule is read back (:mod:`decobench.netem.loss`)."""
+        from decobench.netem.loss import (
+            check_loss_readback,
+            check_probability,
+            loss_rule_commands,
+            readback_command,
+        )
+
+        if not self._up:
+            raise DecobenchError("the emulated network is not up (use it inside its with-block)")
+        probability = check_probability(probability)
+        assert self.runner is not None
+        for i in range(self.plan.workers):
+            ns = self.plan.worker_namespace(i)
+            if self.loss:
+                for argv in loss_rule_commands(WORKER_DEVICE, self.loss, "delete", netns=ns):
+                    self._run(argv)
+            if probability:
+                for argv in loss_rule_commands(WORKER_DEVICE, probability, "add", netns=ns):
+                    self._run(argv)
+            problems = check_loss_readback(self.runner.run(readback_command(ns)).stdout,
+                                           WORKER_DEVICE, probability)
+            if problems:
+                raise ShapingMismatch(f"{self._link_name(i)}: " + "; ".join(problems))
+        self.loss = probability
+
+    def dead_delayers(self) -> list[int]:
+        """Workers whose NFQUEUE delayer has exited (empty when all run, or none is used)."""
+        return [i for i, d in self._delayers.items() if not d.alive()]
+
+    def delay_report(self) -> dict[str, Any]:
+        """The delayers' statistics (after teardown) for the run directory."""
+        stats = {str(i): (s.to_dict() if hasattr(s, "to_dict") else s)
+                 for i, s in sorted(self.delay_stats.items())}
+        return {"latency_mechanism": self.mechanism, "delayers": stats}
 
     def _run(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
         assert self.runner is not None
@@ -426,12 +571,16 @@ def kernel_has_netem(runner: Runner | None = None) -> bool:
         runner.run(["ip", "netns", "del", ns])
 
 
-def resolve_latency_mechanism(requested: str, has_netem: Callable[[], bool] | None = None) -> str:
-    """``"netem"`` or ``"comm-layer"`` for a requested ``auto`` | ``netem`` | ``comm-layer``.
+def resolve_latency_mechanism(requested: str, has_netem: Callable[[], bool] | None = None,
+                              has_nfqueue: Callable[[], bool] | None = None) -> str:
+    """``"netem"``, ``"nfqueue"`` or ``"comm-layer"`` for a requested ``auto`` or one of them.
 
-    ``auto`` picks ``netem`` when the kernel has it, else ``comm-layer``; ``netem`` on a
-    kernel without it is an error that names the fallback. ``has_netem`` defaults to
-    :func:`kernel_has_netem`.
+    ``auto`` picks the first this machine can do: ``netem`` (a kernel qdisc), then
+    ``nfqueue`` (iptables NFQUEUE and a user-space delayer: packet-level latency without
+    netem), then ``comm-layer`` (the training's communication layer). Asking for ``netem``
+    or ``nfqueue`` where it cannot work is an error that names the fallbacks.
+    ``has_netem`` and ``has_nfqueue`` default to :func:`kernel_has_netem` and
+    :func:`decobench.netem.nfqueue.kernel_has_nfqueue`.
     """
     if requested not in LATENCY_CHOICES:
         raise DecobenchError(
@@ -439,15 +588,28 @@ def resolve_latency_mechanism(requested: str, has_netem: Callable[[], bool] | No
         )
     if requested == "comm-layer":
         return "comm-layer"
-    available = (has_netem or kernel_has_netem)()
-    if available:
+    if requested in ("auto", "netem") and (has_netem or kernel_has_netem)():
         return "netem"
     if requested == "netem":
         raise DecobenchError(
             "this kernel lacks sch_netem (`tc qdisc add ... netem` fails with 'Specified qdisc "
-            "kind is unknown'), so the kernel cannot add latency; use `--latency-mechanism "
-            "comm-layer` (the documented fallback: tc shapes the rate and the communication "
-            "layer adds the latency) or `--latency-mechanism auto`"
+            "kind is unknown'), so no qdisc can add latency; use `--latency-mechanism nfqueue` "
+            "(a user-space delayer on each receiving link: packet-level latency), "
+            "`--latency-mechanism comm-layer` (the communication layer adds the latency) or "
+            "`--latency-mechanism auto` (the first of these that works)"
+        )
+    if has_nfqueue is None:
+        from decobench.netem.nfqueue import kernel_has_nfqueue
+
+        has_nfqueue = kernel_has_nfqueue
+    if has_nfqueue():
+        return "nfqueue"
+    if requested == "nfqueue":
+        raise DecobenchError(
+            "NFQUEUE is not available here (needs iptables with the NFQUEUE target, e.g. "
+            "`apt-get install iptables`, and nfnetlink_queue in the kernel); use "
+            "`--latency-mechanism comm-layer` (the communication layer adds the latency) or "
+            "`--latency-mechanism auto`"
         )
     return "comm-layer"
 

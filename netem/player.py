@@ -31,7 +31,15 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from decobench.errors import DecobenchError
-from decobench.netem.netns import CommandError, Runner, SubprocessRunner
+from decobench.netem.netns import (
+    CommandError,
+    Delayer,
+    DelayerFactory,
+    Runner,
+    SubprocessRunner,
+    _nfqueue_delayer,
+    verify_shaping,
+)
 from decobench.netem.tc import (
     MECHANISMS,
     TCP_FRAMING_FACTOR,
@@ -39,6 +47,7 @@ from decobench.netem.tc import (
     check_mechanism,
     clear_commands,
     device_commands,
+    exec_in,
     format_command,
     shaping_commands,
     tc_rate_bps,
@@ -111,7 +120,11 @@ class TcShaper:
 
     :meth:`setup` installs the shaping (removing the device's own root qdisc first);
     :meth:`apply` only updates it in place. ``netns`` runs the commands in that namespace
-    (``ip netns exec NS``); ``log`` receives each command line before it runs.
+    (``ip netns exec NS``); ``log`` receives each command line before it runs. Each setting
+    is read back from tc afterwards (``verify``, :func:`decobench.netem.netns.verify_shaping`).
+    Under ``nfqueue`` :meth:`setup` also queues the device's received packets to a delayer
+    it starts (:mod:`decobench.netem.nfqueue`), :meth:`apply` changes its delay, and
+    :meth:`close` stops it and returns its statistics.
     """
 
     dev: str
@@ -120,13 +133,22 @@ class TcShaper:
     framing_factor: float = TCP_FRAMING_FACTOR
     netns: str | None = None
     log: Callable[[str], None] | None = None
+    verify: bool = True
+    delayer_factory: DelayerFactory | None = None
     commands: list[str] = field(default_factory=list, init=False)
+    delayer: Delayer | None = field(default=None, init=False)
+    _switch: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         check_mechanism(self.mechanism)
 
     def setup(self, setting: LinkSetting) -> None:
         """Replace whatever shaping the device has by this module's, at ``setting``."""
+        from decobench.netem.loss import is_outage
+
+        if is_outage(setting.rate_bps):
+            raise DecobenchError(f"the first setting, {setting.describe()}, is an outage: "
+                                 "the link cannot be set up; start the trace with a usable row")
         for argv in clear_commands(self.dev, self.netns):
             try:
                 self._run(argv)
@@ -135,15 +157,46 @@ class TcShaper:
         for argv in device_commands(self.dev, self.netns):
             self._run(argv)
         self._shape(setting, "add")
+        if self.mechanism == "nfqueue":
+            from decobench.netem.nfqueue import rule_commands
+
+            for argv in rule_commands(self.dev, "add", netns=self.netns):
+                self._run(argv)
+            factory = self.delayer_factory or _nfqueue_delayer
+            self.delayer = factory(exec_in(self.netns), setting.latency_s, self.dev)
 
     def apply(self, setting: LinkSetting) -> None:
-        self._shape(setting, "change")
+        """Update the shaping in place; a bandwidth below
+        :data:`decobench.netem.loss.OUTAGE_BPS` takes the link down instead."""
+        from decobench.netem.loss import LinkSwitch, is_outage
+
+        if self._switch is None:
+            self._switch = LinkSwitch(self.dev, self.netns, self._run,
+                                      lambda argv: self.runner.run(argv).stdout,
+                                      f"link {self.dev}")
+        down = is_outage(setting.rate_bps)
+        if not down:
+            self._shape(setting, "change")
+            if self.delayer is not None:
+                if not self.delayer.alive():
+                    raise DecobenchError(f"the NFQUEUE delayer of {self.dev} has exited: the "
+                                         "link drops every packet")
+                self.delayer.set_delay(setting.latency_s)
+        self._switch.set(down)
+
+    def close(self) -> Any:
+        """Stop the delayer (``nfqueue``); its statistics, or None."""
+        delayer, self.delayer = self.delayer, None
+        return delayer.stop() if delayer is not None else None
 
     def _shape(self, setting: LinkSetting, action: str) -> None:
         for argv in shaping_commands(
             self.dev, setting, self.mechanism, action, self.framing_factor, netns=self.netns
         ):
             self._run(argv)
+        if self.verify:
+            verify_shaping(self.runner, self.dev, self.netns, setting, self.mechanism,
+                           self.framing_factor, f"link {self.dev}")
 
     def _run(self, argv: list[str]) -> None:
         line = format_command(argv)
@@ -355,6 +408,11 @@ class TracePlayer:
         return self._t0
 
     @property
+    def error(self) -> BaseException | None:
+        """The error that stopped playback, if any (still raised by :meth:`stop`)."""
+        return self._error
+
+    @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
@@ -463,10 +521,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--mechanism",
         choices=("auto", *MECHANISMS),
         default="auto",
-        help="who adds the latency: the kernel (netem) or the training's "
-        "communication layer (comm-layer: tc shapes the rate only). auto: "
-        "--via tc tries netem and falls back to comm-layer; --via docker-tc "
-        "uses netem (default: auto)",
+        help="who adds the latency: the kernel (netem), a user-space delayer "
+        "on the device's received packets (nfqueue: iptables NFQUEUE, for kernels "
+        "without netem), or the training's communication layer (comm-layer: tc "
+        "shapes the rate only). auto: --via tc tries netem, then nfqueue, then "
+        "comm-layer; --via docker-tc uses netem (default: auto)",
     )
     parser.add_argument(
         "--framing-factor",
@@ -512,8 +571,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _tc_shaper(args: argparse.Namespace, first: LinkSetting) -> TcShaper:
-    """The tc shaper, set up unless --no-setup; 'auto' tries netem, then comm-layer."""
-    mechanisms = ["netem", "comm-layer"] if args.mechanism == "auto" else [args.mechanism]
+    """The tc shaper, set up unless --no-setup; 'auto' tries netem, nfqueue, comm-layer."""
+    mechanisms = [args.mechanism]
+    if args.mechanism == "auto":
+        from decobench.netem.nfqueue import nfqueue_usable_here
+
+        mechanisms = ["netem", *(["nfqueue"] if nfqueue_usable_here() else []), "comm-layer"]
     runner = SubprocessRunner()
     for mechanism in mechanisms:
         shaper = TcShaper(
@@ -531,7 +594,7 @@ def _tc_shaper(args: argparse.Namespace, first: LinkSetting) -> TcShaper:
             return shaper
         except CommandError as exc:
             if mechanism == "netem" and len(mechanisms) > 1 and "unknown" in exc.stderr.lower():
-                print("kernel lacks sch_netem: using --mechanism comm-layer", flush=True)
+                print(f"kernel lacks sch_netem: using --mechanism {mechanisms[1]}", flush=True)
                 continue
             raise
     raise AssertionError("unreachable")
@@ -572,6 +635,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         while player.running and not stop.wait(0.2):
             pass
         records = player.stop()
+        if isinstance(shaper, TcShaper) and shaper.delayer is not None:
+            print(f"nfqueue delayer: {shaper.close()}", flush=True)
     except DecobenchError as exc:
         print(f"decobench.netem.player: error: {exc}", file=sys.stderr)
         return 2

@@ -12,8 +12,8 @@ ring collectives use), all links at once as in training:
 
 The transfers run in agents inside the namespaces, ``ip netns exec NS python -m decobench.netem.probe
 serve|send``: a receiver in the destination namespace and a sender in the source one.
-Under ``netem`` the kernel latency must be within ``tolerance`` of the request (plus
-:data:`LATENCY_SLACK_S`); under ``comm-layer`` the kernel adds none (it must stay below
+Under ``netem`` and ``nfqueue`` the path's latency must be within ``tolerance`` of the
+request (plus :data:`LATENCY_SLACK_S`): a round trip takes 2 b; under ``comm-layer`` the kernel adds none (it must stay below
 :data:`LATENCY_SLACK_S`) and the requested latency is supplied by the communication layer.
 Goodput must be within ``tolerance`` of the requested rate.
 """
@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from decobench.atomicio import write_text_atomic
 from decobench.errors import DecobenchError
-from decobench.netem.tc import LinkSetting
+from decobench.netem.tc import PACKET_LEVEL_MECHANISMS, LinkSetting
 
 PROBE_PORT: int = 47031
 """TCP port the receivers listen on (each in its own namespace)."""
@@ -117,7 +117,7 @@ class ProbeReport:
                     f"{link.requested_mbps:.2f} Mbit/s ({link.rel_error:+.1%}, tolerance {tol})"
                 )
             if not link.latency_ok:
-                if self.mechanism == "netem":
+                if self.mechanism in PACKET_LEVEL_MECHANISMS:
                     want = f"requested {link.requested_latency_ms:.1f} ms (tolerance {tol})"
                 else:
                     want = (
@@ -153,6 +153,9 @@ class ProbeReport:
                 "adds none, so kernel_latency_ms is expected near 0"
                 if comm
                 else "the kernel (netem) adds the requested latency"
+                if self.mechanism == "netem"
+                else "a user-space delayer on each receiving link (NFQUEUE) holds every "
+                "packet for the requested latency"
             ),
             "tolerance": self.tolerance,
             "duration_s": self.duration_s,
@@ -176,7 +179,7 @@ def evaluate_link(
     measured = float(goodput["bytes_per_s"]) * 8
     rel = (measured - setting.rate_bps) / setting.rate_bps
     kernel_latency = statistics.median(rtts_s) / 2 if rtts_s else math.inf
-    if mechanism == "netem":
+    if mechanism in PACKET_LEVEL_MECHANISMS:
         latency_ok = (
             abs(kernel_latency - setting.latency_s)
             <= tolerance * setting.latency_s + LATENCY_SLACK_S
@@ -257,7 +260,7 @@ class _Agent:
 
 def warmup_seconds(setting: LinkSetting, mechanism: str) -> float:
     """Time excluded from the goodput: 0.3 s plus 6 kernel round trips (TCP slow start)."""
-    rtt = 2 * setting.latency_s if mechanism == "netem" else 0.0
+    rtt = 2 * setting.latency_s if mechanism in PACKET_LEVEL_MECHANISMS else 0.0
     return 0.3 + 6 * rtt
 
 

@@ -26,11 +26,17 @@ Two latency mechanisms (``docs/emulation.md``, "Latency mechanisms"):
     Mininet: HTB for the rate, netem leaves for the delay); packets past their delay wait
     there for HTB's tokens.
 
+``"nfqueue"``
+    The kernel limits the rate only (leaves ``pfifo``/``bfifo``), and on each receiving
+    device an iptables NFQUEUE rule hands every packet to a user-space delayer that holds it
+    ``b(t)`` (:mod:`decobench.netem.nfqueue`): latency at the packet level, data and ACKs
+    alike, on kernels without ``sch_netem``.
+
 ``"comm-layer"``
     The kernel limits the rate only (leaves ``pfifo``/``bfifo``); the training process's
     communication layer delays each message by the latency itself (it delivers a message no
-    earlier than its transmission end plus ``b(t)``). This is the fallback for kernels built
-    without ``sch_netem``.
+    earlier than its transmission end plus ``b(t)``). The last fallback: it needs neither
+    netem nor iptables, but TCP never sees the round trip.
 
 Goodput calibration. A trace's bandwidth is application goodput: the time model charges
 ``W / a`` seconds for ``W`` payload bits. HTB counts layer-2 frame bytes, so the rate given
@@ -57,6 +63,7 @@ qdisc is woken only once per tick (``KERNEL_HZ = 250``).
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -64,10 +71,15 @@ from typing import Literal
 
 from decobench.errors import DecobenchError
 
-Mechanism = Literal["netem", "comm-layer"]
-"""How the one-way latency is added: by the kernel (``netem``) or by the training process."""
+Mechanism = Literal["netem", "nfqueue", "comm-layer"]
+"""How the one-way latency is added: by a kernel qdisc (``netem``), by a user-space delayer
+on the kernel's receive path (``nfqueue``), or by the training process (``comm-layer``)."""
 
-MECHANISMS: tuple[str, ...] = ("netem", "comm-layer")
+MECHANISMS: tuple[str, ...] = ("netem", "nfqueue", "comm-layer")
+
+PACKET_LEVEL_MECHANISMS: tuple[str, ...] = ("netem", "nfqueue")
+"""Mechanisms under which every packet (data and ACKs) is delayed on the path, so a round
+trip between two workers takes 2 b (the probe checks it)."""
 
 Action = Literal["add", "change"]
 """``add`` creates the qdiscs, classes and filter; ``change`` updates them in place (queued
@@ -174,8 +186,15 @@ def tc_rate_bps(setting: LinkSetting, framing_factor: float = TCP_FRAMING_FACTOR
 
 
 def kernel_latency_s(setting: LinkSetting, mechanism: str) -> float:
-    """The one-way latency the kernel adds: the setting's under netem, 0 under comm-layer."""
+    """The one-way latency the qdisc adds: the setting's under netem, else 0 (nfqueue delays
+    on the receive path, outside the qdisc; comm-layer in the training process)."""
     return setting.latency_s if check_mechanism(mechanism) == "netem" else 0.0
+
+
+def path_latency_s(setting: LinkSetting, mechanism: str) -> float:
+    """The one-way latency a packet sees on the path: the setting's under netem and
+    nfqueue, 0 under comm-layer."""
+    return setting.latency_s if check_mechanism(mechanism) in PACKET_LEVEL_MECHANISMS else 0.0
 
 
 def burst_bytes(rate_bps: float) -> int:
@@ -252,9 +271,10 @@ def shaping_commands(
         small_queue = ["netem", *delay, "limit", str(small_limit_packets(rate, latency))]
         bulk_queue = ["netem", *delay, "limit", str(netem_limit_packets(rate, latency))]
     else:
-        # the path's latency is added above the kernel, but TCP still sees the queue: size
-        # it from the emulated path's bandwidth-delay product too (a queue of only the
-        # headroom dropped GSO bursts of back-to-back collectives and cost ~30% goodput)
+        # nfqueue delays on the receiver, comm-layer above the kernel; either way size the
+        # queue from the emulated path's bandwidth-delay product (under comm-layer a queue
+        # of only the headroom dropped GSO bursts of back-to-back collectives and cost ~30%
+        # goodput)
         small_queue = ["pfifo", "limit", str(small_limit_packets(rate, setting.latency_s))]
         bulk_queue = ["bfifo", "limit", str(queue_limit_bytes(rate, setting.latency_s))]
     commands = [
@@ -291,3 +311,106 @@ def clear_commands(dev: str, netns: str | None = None) -> list[list[str]]:
 def format_command(argv: Sequence[str]) -> str:
     """One shell-quoted line for logs and ``tc_commands.txt``."""
     return shlex.join(list(argv))
+
+
+# ------------------------------------------------------------------------------ read-back
+RATE_UNITS: dict[str, float] = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+READBACK_RATE_TOLERANCE: float = 0.005
+"""Relative slack when comparing a rate read back from tc with the one set: tc prints rates
+with at least four digits (``20911Kbit`` for 20,911,602 bit/s), so at most 0.1% is lost."""
+
+READBACK_RATE_SLACK_BPS: float = 16.0
+"""Absolute slack on top: the kernel keeps HTB rates in whole bytes per second, so a rate
+reads back up to 8 bit/s lower (1,046 bit/s set reads ``1040bit``)."""
+
+
+def readback_commands(dev: str, netns: str | None = None) -> list[list[str]]:
+    """``tc class show`` and ``tc qdisc show`` of ``dev``: what :func:`check_readback` reads."""
+    tc = [*exec_in(netns), "tc"]
+    return [[*tc, "class", "show", "dev", dev], [*tc, "qdisc", "show", "dev", dev]]
+
+
+def _number(text: str, units: dict[str, float], suffix: str) -> float:
+    match = re.fullmatch(rf"([0-9.]+)([A-Za-z]*){suffix}", text)
+    if not match or match.group(2) not in units:
+        raise ValueError(f"cannot read {text!r}")
+    return float(match.group(1)) * units[match.group(2)]
+
+
+def parse_classes(text: str) -> dict[str, dict[str, float]]:
+    """``tc class show`` output -> ``{classid: {"rate": bit/s, "ceil": bit/s}}`` (HTB)."""
+    classes: dict[str, dict[str, float]] = {}
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) < 3 or words[0] != "class" or words[1] != "htb":
+            continue
+        values: dict[str, float] = {}
+        for key in ("rate", "ceil"):
+            if key in words[2:-1]:
+                values[key] = _number(words[words.index(key, 2) + 1], RATE_UNITS, "bit")
+        classes[words[2]] = values
+    return classes
+
+
+def parse_qdiscs(text: str) -> dict[str, dict[str, object]]:
+    """``tc qdisc show`` output -> ``{handle: {"kind", "parent", "delay_s"?}}``."""
+    qdiscs: dict[str, dict[str, object]] = {}
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) < 3 or words[0] != "qdisc":
+            continue
+        entry: dict[str, object] = {"kind": words[1]}
+        if "root" in words:
+            entry["parent"] = "root"
+        elif "parent" in words:
+            entry["parent"] = words[words.index("parent") + 1]
+        if "delay" in words[:-1]:
+            entry["delay_s"] = _number(words[words.index("delay") + 1], TIME_UNITS, "")
+        qdiscs[words[2]] = entry
+    return qdiscs
+
+
+def check_readback(
+    class_text: str,
+    qdisc_text: str,
+    setting: LinkSetting,
+    mechanism: str,
+    framing_factor: float = TCP_FRAMING_FACTOR,
+) -> list[str]:
+    """What is wrong with a device's shaping as tc reports it, against ``setting`` under
+    ``mechanism`` (one phrase per problem; empty when it is what :func:`shaping_commands`
+    sets): the HTB root, the link class's rate and ceil, and the two leaves (netem with the
+    latency under ``netem``; FIFOs otherwise)."""
+    check_mechanism(mechanism)
+    problems: list[str] = []
+    try:
+        classes, qdiscs = parse_classes(class_text), parse_qdiscs(qdisc_text)
+    except ValueError as exc:
+        return [f"tc's answer could not be read ({exc})"]
+    root = qdiscs.get(ROOT)
+    if root is None or root.get("kind") != "htb" or root.get("parent") != "root":
+        kinds = ", ".join(f"{q['kind']} {h}" for h, q in qdiscs.items()) or "none"
+        return [f"no HTB root qdisc {ROOT} (qdiscs: {kinds}): the link is not shaped"]
+    want = tc_rate_bps(setting, framing_factor)
+    link = classes.get(LINK_CLASS, {})
+    for key in ("rate", "ceil"):
+        got = link.get(key)
+        if got is None or abs(got - want) > READBACK_RATE_TOLERANCE * want + READBACK_RATE_SLACK_BPS:
+            shown = "missing" if got is None else f"{got / 1e6:.4g} Mbit/s"
+            problems.append(f"class {LINK_CLASS} {key} {shown}, set {want / 1e6:.4g} Mbit/s")
+    for leaf, parent in ((SMALL_LEAF, SMALL_CLASS), (BULK_LEAF, BULK_CLASS)):
+        entry = qdiscs.get(leaf)
+        if entry is None or entry.get("parent") != parent:
+            problems.append(f"leaf qdisc {leaf} under {parent} is missing")
+            continue
+        if mechanism == "netem":
+            delay = entry.get("delay_s")
+            if entry["kind"] != "netem" or not isinstance(delay, float):
+                problems.append(f"leaf {leaf} is {entry['kind']}, not netem with a delay")
+            elif abs(delay - setting.latency_s) > max(1e-4, 0.01 * setting.latency_s):
+                problems.append(f"leaf {leaf} delays {delay * 1e3:.3f} ms, set "
+                                f"{setting.latency_s * 1e3:.3f} ms")
+        elif entry["kind"] not in ("pfifo", "bfifo"):
+            problems.append(f"leaf {leaf} is {entry['kind']}, expected a FIFO")
+    return problems

@@ -155,3 +155,49 @@ def test_format_command_quotes():
     assert format_command(["ip", "link", "set", "lo", "alias", "a b"]) == (
         "ip link set lo alias 'a b'"
     )
+
+
+# ------------------------------------------------------------------------------ read-back
+# what this kernel's tc printed for the 20 Mbit/s comm-layer tree (tc class/qdisc show)
+CLASSES = """class htb 1:1 root rate 20911Kbit ceil 20911Kbit burst 10455b cburst 10455b
+class htb 1:10 parent 1:1 leaf 10: prio 0 rate 1045Kbit ceil 20911Kbit burst 10452b cburst 10455b
+class htb 1:20 parent 1:1 leaf 20: prio 1 rate 19866Kbit ceil 20911Kbit burst 10452b cburst 10455b
+"""
+QDISCS = """qdisc htb 1: root refcnt 2 r2q 10 default 0x20 direct_packets_stat 0 direct_qlen 1000
+qdisc pfifo 10: parent 1:10 limit 1000p
+qdisc bfifo 20: parent 1:20 limit 653488b
+"""
+
+
+def test_readback_of_what_was_set_is_clean_and_names_each_difference():
+    from decobench.netem.tc import check_readback, parse_classes, parse_qdiscs
+
+    assert parse_classes(CLASSES)["1:1"] == {"rate": 20_911_000.0, "ceil": 20_911_000.0}
+    assert parse_qdiscs(QDISCS)["20:"] == {"kind": "bfifo", "parent": "1:20"}
+    twenty = LinkSetting(20e6, 0.1)
+    assert check_readback(CLASSES, QDISCS, twenty, "comm-layer") == []
+    assert check_readback(CLASSES, QDISCS, twenty, "nfqueue") == []
+    assert check_readback(CLASSES, QDISCS, LinkSetting(10e6, 0.1), "comm-layer") == [
+        "class 1:1 rate 20.91 Mbit/s, set 10.46 Mbit/s",
+        "class 1:1 ceil 20.91 Mbit/s, set 10.46 Mbit/s"]
+    assert check_readback(CLASSES, QDISCS, twenty, "netem") == [
+        "leaf 10: is pfifo, not netem with a delay", "leaf 20: is bfifo, not netem with a delay"]
+    netem = QDISCS.replace("pfifo 10: parent 1:10 limit 1000p",
+                           "netem 10: parent 1:10 limit 1000 delay 100ms")
+    netem = netem.replace("bfifo 20: parent 1:20 limit 653488b",
+                          "netem 20: parent 1:20 limit 605 delay 98ms")
+    assert check_readback(CLASSES, netem, twenty, "netem") == [
+        "leaf 20: delays 98.000 ms, set 100.000 ms"]
+    unshaped = "qdisc noqueue 0: root refcnt 2\n"
+    assert check_readback("", unshaped, twenty, "netem") == [
+        "no HTB root qdisc 1: (qdiscs: noqueue 0:): the link is not shaped"]
+    assert check_readback("class htb 1:1 root rate 20.9Xbit", QDISCS, twenty, "netem")[0] \
+        .startswith("tc's answer could not be read")
+
+
+def test_readback_allows_the_kernels_whole_bytes_per_second():
+    from decobench.netem.tc import check_readback
+
+    # an outage row of 1 kbit/s: tc is given 1046 bit/s and keeps 130 bytes/s
+    low = CLASSES.replace("rate 20911Kbit ceil 20911Kbit", "rate 1040bit ceil 1040bit", 1)
+    assert check_readback(low, QDISCS, LinkSetting(1e3, 0.1), "comm-layer") == []

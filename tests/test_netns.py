@@ -1,10 +1,12 @@
 """decobench.netem.netns: namespace topology, teardown, cleanup, latency-mechanism resolution."""
 
+import shutil
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from fake_tc import TcEcho
 
 from decobench.errors import DecobenchError
 from decobench.netem import netns
@@ -12,6 +14,7 @@ from decobench.netem.netns import (
     CommandError,
     NamespaceNetwork,
     NetworkPlan,
+    ShapingMismatch,
     cleanup_stale,
     kernel_has_netem,
     list_namespaces,
@@ -20,6 +23,7 @@ from decobench.netem.netns import (
     require_root,
     resolve_latency_mechanism,
 )
+from decobench.netem.nfqueue import kernel_has_nfqueue
 from decobench.netem.tc import LinkSetting
 
 S = LinkSetting(rate_bps=20e6, latency_s=0.05)
@@ -30,15 +34,17 @@ class FakeRunner:
 
     def __init__(self, fail_on=None, stderr="boom"):
         self.calls = []
+        self.reads = []  # tc ... show: the shapers' read-back, answered by TcEcho
+        self.tc = TcEcho()
         self.fail_on = fail_on
         self.stderr = stderr
 
     def run(self, argv):
         argv = list(argv)
-        self.calls.append(argv)
+        (self.reads if TcEcho.is_read(argv) else self.calls).append(argv)
         if self.fail_on and self.fail_on in " ".join(argv):
             raise CommandError(argv, 2, self.stderr)
-        return subprocess.CompletedProcess(argv, 0, "", "")
+        return subprocess.CompletedProcess(argv, 0, self.tc.answer(argv), "")
 
     def lines(self):
         return [" ".join(a) for a in self.calls]
@@ -169,14 +175,99 @@ def test_unknown_mechanism_is_rejected():
 
 
 def test_resolve_latency_mechanism_with_injected_detection():
-    assert resolve_latency_mechanism("auto", has_netem=lambda: True) == "netem"
-    assert resolve_latency_mechanism("auto", has_netem=lambda: False) == "comm-layer"
-    assert resolve_latency_mechanism("netem", has_netem=lambda: True) == "netem"
-    assert resolve_latency_mechanism("comm-layer", has_netem=lambda: 1 / 0) == "comm-layer"
-    with pytest.raises(DecobenchError, match="lacks sch_netem.*--latency-mechanism comm-layer"):
-        resolve_latency_mechanism("netem", has_netem=lambda: False)
-    with pytest.raises(DecobenchError, match="choose one of auto, netem, comm-layer"):
-        resolve_latency_mechanism("kernel", has_netem=lambda: True)
+    def never():
+        raise AssertionError("not asked")
+
+    yes, no = (lambda: True), (lambda: False)
+    assert resolve_latency_mechanism("auto", has_netem=yes, has_nfqueue=never) == "netem"
+    assert resolve_latency_mechanism("auto", has_netem=no, has_nfqueue=yes) == "nfqueue"
+    assert resolve_latency_mechanism("auto", has_netem=no, has_nfqueue=no) == "comm-layer"
+    assert resolve_latency_mechanism("netem", has_netem=yes) == "netem"
+    assert resolve_latency_mechanism("nfqueue", has_netem=never, has_nfqueue=yes) == "nfqueue"
+    assert resolve_latency_mechanism("comm-layer", has_netem=never, has_nfqueue=never) == (
+        "comm-layer")
+    with pytest.raises(DecobenchError, match="lacks sch_netem.*nfqueue.*comm-layer"):
+        resolve_latency_mechanism("netem", has_netem=no, has_nfqueue=yes)
+    with pytest.raises(DecobenchError, match="NFQUEUE is not available.*iptables.*comm-layer"):
+        resolve_latency_mechanism("nfqueue", has_netem=never, has_nfqueue=no)
+    with pytest.raises(DecobenchError, match="choose one of auto, netem, nfqueue, comm-layer"):
+        resolve_latency_mechanism("kernel", has_netem=yes)
+
+
+class ForgetfulRunner(FakeRunner):
+    """tc answers success to every change and keeps the old shaping (docker-tc's silent
+    failure, in miniature)."""
+
+    def run(self, argv):
+        if " change " in " ".join(argv):
+            self.calls.append(list(argv))
+            return subprocess.CompletedProcess(list(argv), 0, "", "")
+        return super().run(argv)
+
+
+def test_a_change_tc_did_not_make_stops_the_run_naming_the_link():
+    runner = ForgetfulRunner()
+    plan = NetworkPlan(workers=2, prefix="dcb00004", subnet_octet=4)
+    with NamespaceNetwork(plan, S, "comm-layer", runner=runner) as net:
+        assert len(runner.reads) == 2 * 2  # class and qdisc, per worker, after set-up
+        with pytest.raises(ShapingMismatch, match=(
+                r"link of worker 0 \(10\.77\.4\.1\) \(eth0 in dcb00004-w0\) is not shaped "
+                r"to 10 Mbit/s, 50 ms under comm-layer: class 1:1 rate 20\.91 Mbit/s, set "
+                r"10\.46 Mbit/s")):
+            net.apply(LinkSetting(10e6, 0.05))
+
+
+def test_netem_leaves_are_read_back_with_their_delay():
+    runner = FakeRunner()
+    plan = NetworkPlan(workers=1, prefix="dcb00005", subnet_octet=5)
+    with NamespaceNetwork(plan, S, "netem", runner=runner) as net:
+        net.apply(LinkSetting(20e6, 0.2))
+        qdiscs = runner.tc.answer(["ip", "netns", "exec", "dcb00005-w0", "tc", "qdisc", "show",
+                                   "dev", "eth0"])
+        assert "delay 200000us" in qdiscs
+
+
+class FakeDelayer:
+    def __init__(self, prefix, delay_s, name):
+        self.prefix, self.delays, self.name, self.running = prefix, [delay_s], name, True
+
+    def set_delay(self, delay_s):
+        self.delays.append(delay_s)
+        return delay_s
+
+    def alive(self):
+        return self.running
+
+    def stop(self):
+        self.running = False
+        return {"packets": 7}
+
+
+def test_nfqueue_links_get_a_rule_and_a_delayer_that_follows_the_trace():
+    runner, started = FakeRunner(), []
+
+    def factory(prefix, delay_s, name):
+        started.append(FakeDelayer(prefix, delay_s, name))
+        return started[-1]
+
+    plan = NetworkPlan(workers=2, prefix="dcb00006", subnet_octet=6)
+    with NamespaceNetwork(plan, S, "nfqueue", runner=runner, delayer_factory=factory) as net:
+        rules = [line for line in runner.lines() if "iptables" in line]
+        assert rules == [f"ip netns exec dcb00006-w{i} iptables -w -A INPUT -i eth0 -j NFQUEUE "
+                         "--queue-num 0" for i in (0, 1)]
+        assert [d.prefix for d in started] == [["ip", "netns", "exec", f"dcb00006-w{i}"]
+                                               for i in (0, 1)]
+        assert not any("netem" in line for line in runner.lines())  # rate only in tc
+        net.apply(LinkSetting(10e6, 0.2))
+        assert [d.delays for d in started] == [[0.05, 0.2], [0.05, 0.2]]
+        assert net.dead_delayers() == []
+        started[1].running = False
+        assert net.dead_delayers() == [1]
+        with pytest.raises(DecobenchError, match=r"delayer of the link of worker 1 .* has exited"):
+            net.apply(S)
+    assert net.delay_stats == {0: {"packets": 7}, 1: {"packets": 7}}
+    assert net.delay_report()["latency_mechanism"] == "nfqueue"
+    assert any("# nfqueue delayer" in line for line in net.commands)
 
 
 def test_kernel_has_netem_with_fake_runner_cleans_up():
@@ -287,11 +378,48 @@ def test_cleanup_cli(root):
 
 
 def test_resolve_latency_mechanism_on_this_kernel(root):
-    has = kernel_has_netem()
-    assert resolve_latency_mechanism("auto") == ("netem" if has else "comm-layer")
+    has, nfq = kernel_has_netem(), kernel_has_nfqueue()
+    assert resolve_latency_mechanism("auto") == (
+        "netem" if has else "nfqueue" if nfq else "comm-layer")
     if has:
         assert resolve_latency_mechanism("netem") == "netem"
     else:
         with pytest.raises(DecobenchError, match="lacks sch_netem"):
             resolve_latency_mechanism("netem")
-    assert not any(ns.endswith("-nt") for ns in _namespaces())
+    assert nfq == (shutil.which("iptables") is not None), "iptables is here but NFQUEUE fails"
+    assert not any(ns.endswith(("-nt", "-nq")) for ns in _namespaces())
+
+
+def test_an_outage_takes_the_links_down_without_touching_the_shaping():
+    runner = FakeRunner()
+    plan = NetworkPlan(workers=2, prefix="dcb00007", subnet_octet=7)
+    with NamespaceNetwork(plan, S, "comm-layer", runner=runner) as net:
+        n = len(runner.calls)
+        net.apply(LinkSetting(1e3, 0.05))            # 1 kbit/s: an outage
+        down = runner.lines()[n:]
+        assert down == [f"ip netns exec dcb00007-w{i} iptables -w -I INPUT 1 -i eth0 -m comment "
+                        "--comment decobench-outage -j DROP" for i in (0, 1)]
+        net.apply(LinkSetting(1e3, 0.2))             # still down: nothing to do
+        assert len(runner.lines()) == n + 2
+        net.apply(LinkSetting(10e6, 0.05))           # back up at the new rate
+        up = runner.lines()[n + 2:]
+        assert [line for line in up if "iptables" in line] == [
+            line.replace(" -I INPUT 1 ", " -D INPUT ") for line in down]
+        assert sum(" change " in line for line in up) == 10
+    with pytest.raises(DecobenchError, match="first setting, 0.001 Mbit/s, 50 ms, is an outage"):
+        NamespaceNetwork(plan, LinkSetting(1e3, 0.05), "comm-layer", runner=FakeRunner()).create()
+
+
+def test_an_outage_rule_that_is_not_there_stops_the_run():
+    class NoIptables(FakeRunner):
+        def run(self, argv):
+            if argv[4:5] == ["iptables"] and "-S" not in argv:
+                self.calls.append(list(argv))
+                return subprocess.CompletedProcess(list(argv), 0, "", "")
+            return super().run(argv)
+
+    plan = NetworkPlan(workers=1, prefix="dcb00008", subnet_octet=8)
+    with NamespaceNetwork(plan, S, "comm-layer", runner=NoIptables()) as net:
+        with pytest.raises(ShapingMismatch, match=r"link of worker 0 .*: 0 outage rule\(s\) on "
+                                                  r"eth0, expected the link down"):
+            net.apply(LinkSetting(1e3, 0.05))

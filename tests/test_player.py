@@ -10,6 +10,7 @@ import time
 import urllib.error
 
 import pytest
+from fake_tc import TcEcho
 
 from decobench.errors import DecobenchError
 from decobench.netem.netns import CommandError, NamespaceNetwork, NetworkPlan
@@ -104,10 +105,12 @@ class RecordingShaper:
 class FakeRunner:
     def __init__(self):
         self.calls = []
+        self.reads = []  # tc ... show: the shapers' read-back, answered by TcEcho
+        self.tc = TcEcho()
 
     def run(self, argv):
-        self.calls.append(list(argv))
-        return subprocess.CompletedProcess(list(argv), 0, "", "")
+        (self.reads if TcEcho.is_read(list(argv)) else self.calls).append(list(argv))
+        return subprocess.CompletedProcess(list(argv), 0, self.tc.answer(list(argv)), "")
 
 
 # ------------------------------------------------------------------------------- player

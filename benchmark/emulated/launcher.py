@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,9 @@ MASTER_PORT = 29500
 
 START_FILE = ".clock_start"
 LAUNCH_CONFIG = "launch/run.yaml"
+DELAY_REPORT = "nfqueue_delay.json"
+"""Under the ``nfqueue`` latency mechanism: each link's delayer statistics (packets, CPU
+seconds and share of a core, release lag behind the due time), written at the end."""
 
 
 class RunFailed(DecobenchError):
@@ -130,6 +134,7 @@ def launch(run: PreparedRun, overwrite: bool = False, show_progress: bool = True
     plan = NetworkPlan.new(workers=config.workers)
     ranks: list[_Rank] = []
     player = None
+    net = None
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         with NamespaceNetwork(plan, setting, mechanism=mechanism) as net:
@@ -138,11 +143,14 @@ def launch(run: PreparedRun, overwrite: bool = False, show_progress: bool = True
                     report = probe_links(net, setting)
                     write_probe(report, net, out / "network_probe.json")
                     report.check()
+                if config.emulation.packet_loss:
+                    net.set_loss(config.emulation.packet_loss)   # after the probe: the
+                    # probe checks the shaping, which loss would hide
                 player = TracePlayer(trace, NetnsShaper(net))
                 player.wait_for_start_file(out / START_FILE)
                 ranks = _start_ranks(run, net, mechanism, timeout_s, out, show_progress, wandb,
                                      resume)
-                _supervise(ranks, out, timeout_s)
+                _supervise(ranks, out, timeout_s, watch=lambda: _broken_network(net, player))
             finally:
                 for r in ranks:
                     _stop(r.process)
@@ -161,6 +169,8 @@ def launch(run: PreparedRun, overwrite: bool = False, show_progress: bool = True
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if net is not None and net.delay_stats:
+            write_text_atomic(out / DELAY_REPORT, json.dumps(net.delay_report(), indent=2) + "\n")
     if not (out / SUMMARY).is_file():
         raise RunFailed(_record_failure(out, "rank 0 exited without writing summary.json",
                                         lost=()))
@@ -195,7 +205,8 @@ def _start_ranks(run: PreparedRun, net: Any, mechanism: str, timeout_s: float, o
     addresses = [net.worker_address(i) for i in range(config.workers)]
     network = {"namespaces": [net.worker_namespace(i) for i in range(config.workers)],
                "addresses": addresses, "shaping": "tc on each worker's egress (veth)",
-               "launcher_latency_mechanism": mechanism}
+               "launcher_latency_mechanism": mechanism,
+               "packet_loss": config.emulation.packet_loss}
     logs = out / "workers"
     logs.mkdir(exist_ok=True)
     threads = max(1, (os.cpu_count() or 1) // config.workers)
@@ -233,11 +244,30 @@ def _start_ranks(run: PreparedRun, net: Any, mechanism: str, timeout_s: float, o
     return ranks
 
 
-def _supervise(ranks: list[_Rank], out: Path, timeout_s: float) -> None:
+def _broken_network(net: Any, player: Any) -> str | None:
+    """Why the emulated network no longer follows the trace, or None: the trace player
+    stopped on an error (e.g. a change tc did not make), or an NFQUEUE delayer exited."""
+    if player is not None and player.error is not None:
+        return f"the trace player stopped: {player.error}"
+    dead = net.dead_delayers()
+    if dead:
+        return (f"the NFQUEUE delayer of worker {', '.join(map(str, dead))} exited, so its "
+                "link drops every packet (see the launcher's log)")
+    return None
+
+
+def _supervise(ranks: list[_Rank], out: Path, timeout_s: float,
+               watch: Callable[[], str | None] = lambda: None) -> None:
     """Wait for every rank. The first rank to fail is the lost one; the others get
-    :data:`GRACE_S` seconds to stop by themselves, then are stopped."""
+    :data:`GRACE_S` seconds to stop by themselves, then are stopped. ``watch`` is asked
+    every poll for a broken part of the network (a message stops the run)."""
     first_failure: tuple[_Rank, int, float] | None = None
     while True:
+        broken = watch()
+        if broken is not None:
+            for r in ranks:
+                _stop(r.process)
+            raise RunFailed(_record_failure(out, f"emulated run failed: {broken}", lost=()))
         codes = {r.rank: r.process.poll() for r in ranks}
         if first_failure is None:
             failed = [r for r in ranks if codes[r.rank] not in (None, 0)]

@@ -1,0 +1,68 @@
+"""A stand-in for tc's memory in tests that run no commands: :class:`TcEcho` remembers the
+class and qdisc lines a fake runner is given, per (namespace, device), and answers
+``tc class show`` / ``tc qdisc show`` the way tc prints them (rates in ``bit``, delays in
+``us``, as they were set), so the shapers' read-back check sees what was set."""
+
+from __future__ import annotations
+
+
+def _split(argv: list[str]) -> tuple[str | None, list[str]]:
+    if argv[:3] == ["ip", "netns", "exec"]:
+        return argv[3], argv[4:]
+    return None, argv
+
+
+class TcEcho:
+    def __init__(self) -> None:
+        self.classes: dict[tuple, dict[str, str]] = {}
+        self.qdiscs: dict[tuple, dict[str, str]] = {}
+        self.rules: dict[str | None, list[str]] = {}  # iptables INPUT rules per namespace
+
+    @staticmethod
+    def is_read(argv: list[str]) -> bool:
+        _, tc = _split(list(argv))
+        return (tc[:1] == ["tc"] and len(tc) > 2 and tc[2] == "show") or (
+            tc[:1] == ["iptables"] and "-S" in tc)
+
+    def _iptables(self, ns: str | None, words: list[str]) -> str:
+        rules = self.rules.setdefault(ns, [])
+        words = [w for w in words if w != "-w"]
+        if words[:1] == ["-S"]:
+            return "-P INPUT ACCEPT\n" + "".join(f"-A INPUT {r}\n" for r in rules)
+        if words[:1] == ["-I"]:
+            rules.insert(int(words[2]) - 1, " ".join(words[3:]))
+        elif words[:1] == ["-A"]:
+            rules.append(" ".join(words[2:]))
+        elif words[:1] == ["-D"]:
+            rules.remove(" ".join(words[2:]))
+        return ""
+
+    def answer(self, argv: list[str]) -> str:
+        ns, tc = _split(list(argv))
+        if tc[:1] == ["iptables"]:
+            return self._iptables(ns, tc[1:])
+        if tc[:1] != ["tc"] or "dev" not in tc:
+            return ""
+        kind, verb, key = tc[1], tc[2], (ns, tc[tc.index("dev") + 1])
+        if verb == "show":
+            table = self.classes if kind == "class" else self.qdiscs
+            return "\n".join(table.get(key, {}).values()) + "\n"
+        if kind == "class" and verb in ("add", "change"):
+            classid, parent = tc[tc.index("classid") + 1], tc[tc.index("parent") + 1]
+            where = "root" if parent == "1:" else f"parent {parent}"
+            self.classes.setdefault(key, {})[classid] = (
+                f"class htb {classid} {where} rate {tc[tc.index('rate') + 1]} "
+                f"ceil {tc[tc.index('ceil') + 1]}")
+        elif kind == "qdisc" and verb in ("add", "change"):
+            handle = tc[tc.index("handle") + 1]
+            if "root" in tc:
+                line = f"qdisc {tc[tc.index(handle) + 1]} {handle} root refcnt 2"
+            else:
+                rest = tc[tc.index(handle) + 1:]
+                line = (f"qdisc {rest[0]} {handle} parent {tc[tc.index('parent') + 1]} "
+                        + " ".join(rest[1:]))
+            self.qdiscs.setdefault(key, {})[handle] = line
+        elif kind == "qdisc" and verb == "del":
+            self.classes.pop(key, None)
+            self.qdiscs.pop(key, None)
+        return ""

@@ -1,0 +1,74 @@
+"""Faults on the emulated network, as root: a link outage and 1% packet loss in one run that
+must finish with the simulated run's trajectory and show the outage in its times. (A rank
+killed mid-run: tests/test_emulated_launcher.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from decobench.cli import main
+from decobench.rundir import read_metrics, read_summary
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc")
+    or not shutil.which("iptables"),
+    reason="needs root with ip, tc and iptables (CI runs as root; make tools installs iptables)")
+
+OUTAGE_START_S, OUTAGE_END_S = 2.0, 6.0
+
+
+def _namespaces() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+@needs_root
+def test_an_outage_and_one_percent_loss_finish_with_the_simulated_trajectory(tmp_path,
+                                                                            fmnist_root):
+    trace = tmp_path / "outage.csv"
+    # 50 Mbit/s, 2 ms; nearly nothing (1 kbit/s) for 4 s; then 50 Mbit/s again
+    trace.write_text(f"time_s,bandwidth_mbps,latency_ms\n0,50,2\n{OUTAGE_START_S:g},0.001,2\n"
+                     f"{OUTAGE_END_S:g},50,2\n")
+    common = ["run", "--task", "cnn-fmnist", "--profile", "cpu", "--workers", "2",
+              "--method", "d-sgd", "--trace", str(trace), "--max-iters", "24",
+              "--eval-every", "24", "--data-root", str(fmnist_root), "--no-wandb",
+              "--no-progress", "--topology", "ring"]
+    before = _namespaces()
+    emulated, simulated = tmp_path / "emulated", tmp_path / "simulated"
+    assert main([*common, "--backend", "emulated", "--packet-loss", "0.01",
+                 "--out", str(emulated)]) == 0
+    assert main([*common, "--out", str(simulated)]) == 0
+    assert _namespaces() == before, "namespaces left behind"
+
+    summary = read_summary(emulated)
+    assert summary["status"] == "finished" and summary["iterations"] == 24
+    rows, sim_rows = read_metrics(emulated), read_metrics(simulated)
+    # correct results: the same trajectory as the simulated run (loss, bits, decisions)
+    for row, sim in zip(rows, sim_rows, strict=True):
+        assert row["loss"] == pytest.approx(sim["loss"], rel=1e-5)
+        assert (row["bits_sent"], row["delta"], row["tau"]) == (
+            sim["bits_sent"], sim["delta"], sim["tau"])
+    assert summary["final_metric"] == pytest.approx(read_summary(simulated)["final_metric"],
+                                                    abs=1e-6)
+    # the outage is in the measured times: one iteration waits it out
+    steps = [b["sim_time_s"] - a["sim_time_s"] for a, b in zip(rows[:-1], rows[1:], strict=True)]
+    slowest = max(steps)
+    assert slowest > 0.5 * (OUTAGE_END_S - OUTAGE_START_S), steps
+    assert sorted(steps)[len(steps) // 2] < 1.0, steps      # the others are link speed
+    # the loss rule was in place, read back, and recorded
+    config = (emulated / "config.yaml").read_text()
+    assert "packet_loss: 0.01" in config
+    played = [json.loads(line) for line in
+              (emulated / "trace_player.jsonl").read_text().splitlines()]
+    assert [p["setting"]["rate_bps"] for p in played] == [50e6, 1e3, 50e6]
+    commands = (emulated / "tc_commands.txt").read_text()
+    assert commands.count("--probability 0.01000000000 -j DROP") == 2   # one per worker
+    # the outage took both links down and brought them back (iptables, not a 1 kbit/s HTB:
+    # its token debt stalled a 4-second outage for 60 s)
+    assert commands.count("--comment decobench-outage -j DROP") == 4
+    assert commands.count("-I INPUT 1 -i eth0 -m comment") == 2
