@@ -229,8 +229,9 @@ def _add_fidelity(sub: Any, argv: Sequence[str]) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     fidelity.add_argument("--task", default="cnn-fmnist", help="task (default cnn-fmnist)")
     fidelity.add_argument("--profile", default="cpu", help="task profile (default cpu)")
-    fidelity.add_argument("--methods", default="d-sgd,deco-sgd",
-                          help="comma-separated methods (default d-sgd,deco-sgd)")
+    fidelity.add_argument("--methods", default="d-sgd,accordion,dga,cocktail-sgd,deco-sgd",
+                          help="comma-separated methods (default: the five of the paper's "
+                          "comparison, d-sgd,accordion,dga,cocktail-sgd,deco-sgd)")
     fidelity.add_argument("--workers", type=int, default=2, help="number of workers (default 2)")
     fidelity.add_argument("--trace", default="constant-20mbps-100ms", metavar="CSV|NAME",
                           help="network trace (default constant-20mbps-100ms)")
