@@ -40,12 +40,21 @@ def _emulatable() -> list[str]:
     return sorted(name for name, spec in method_specs().items() if spec.emulation is None)
 
 
+IN_MAKE_TEST = ("d-sgd", "deco-sgd", "cocktail-sgd")
+"""The per-method netns runs in make test: a dense all-reduce, an adaptive sparse method
+and a method with its own wire format; the others (25-30 s each) run in make test-slow,
+and every method's trajectory is checked on loopback ranks in make test
+(tests/test_emulated_ranks.py)."""
+
+
 @needs_root
-@pytest.mark.parametrize("method", [["--method", name] for name in _emulatable()],
-                         ids=_emulatable())
+@pytest.mark.parametrize("method", [
+    pytest.param(["--method", name], id=name,
+                 marks=() if name in IN_MAKE_TEST else pytest.mark.slow)
+    for name in _emulatable()])
 def test_two_worker_emulated_run(tmp_path, fmnist_root, method):
     """One netns run per method that runs emulated (every method, unless its MethodSpec
-    says why it cannot)."""
+    says why it cannot), with the latency mechanism ``auto`` picks here."""
     before = _namespaces()
     out = tmp_path / "run"
     assert main(_args(fmnist_root, out, method)) == 0
@@ -176,8 +185,11 @@ def test_a_run_that_lost_a_rank_resumes_from_its_checkpoints(tmp_path, fmnist_ro
     every rank restores the same iteration, and the run directory ends complete."""
     before = _namespaces()
     out = tmp_path / "run"
+    # comm-layer: this test is about checkpoints, and gloo notices the lost rank sooner
+    # without 100 ms of packet latency (about 40 s less under nfqueue)
     args = _args(fmnist_root, out, ["--method", "dd-ef-sgd", "--delta", "0.05", "--tau", "2",
-                                    "--checkpoint-every-s", "0.1"], iters=40)
+                                    "--checkpoint-every-s", "0.1", "--latency-mechanism",
+                                    "comm-layer"], iters=40)
     launcher = subprocess.Popen([sys.executable, "-m", "decobench.cli", *args],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 180
