@@ -71,6 +71,13 @@ def test_two_worker_emulated_run(tmp_path, fmnist_root, method):
     assert (out / "tc_commands.txt").read_text().count("tc qdisc add") >= 2
     config = (out / "config.yaml").read_text()
     assert "time_basis: measured" in config and "latency_mechanism:" in config
+    if method[1] == "deco-sgd" and probe["latency_mechanism"] in ("netem", "nfqueue"):
+        # the network adds the 100 ms: DeCo must read it as latency (the collective's fixed
+        # cost, timed on an empty collective), not as a slow link (it read 0 ms and
+        # 0.45 Mbit/s before the split)
+        plans = [r for r in rows if "plan_latency_ms" in r]
+        assert plans and plans[0]["plan_latency_ms"] >= 90, plans[0]
+        assert plans[0]["plan_bandwidth_mbps"] <= 22, plans[0]
     if method[1] == "d-sgd":
         # a dense fp32 message of 32·454,922 bits over a 20 Mbit/s ring (h = 1 for n = 2)
         # takes 0.73 s, plus l·b = 2 · 0.1 s: an iteration cannot be faster than that

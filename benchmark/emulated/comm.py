@@ -16,6 +16,18 @@ communication layer adds the latency). The training loop calls :meth:`Communicat
 for a message only when it is due (τ iterations after it was sent) and blocks only if it
 has not arrived. A lost peer surfaces as :class:`PeerLost` naming the rank(s) when the
 collective's error message names their addresses.
+
+Where the network itself adds the latency (``kernel``: netem, the nfqueue delayer, or real
+links under torchrun), a collective's duration holds both the transmission and the
+latency, and the time model's split (``tx_end`` = end of transmission, ``arrive = tx_end +
+l·b``) has to be measured: every :data:`FIXED_COST_EVERY` messages of a kind (and before
+the first), the thread times the same collective on a one-element tensor, whose duration
+is the collective's fixed cost (the latency and the collective's own round trips, with
+next to no data). A message's ``tx_end`` is then its collective's end minus that fixed
+cost, and its ``arrive`` the collective's real end, so DeCo's estimator reads
+``â = hW / (tx_end − tx_start)`` and ``b̂ = (arrive − tx_end) / l`` from the real network
+as it does from the simulated clock (without the split it read every link's latency as
+bandwidth: 0.45 Mbit/s and b̂ = 0 on a 20 Mbit/s, 100 ms link).
 """
 
 from __future__ import annotations
@@ -37,6 +49,10 @@ from decobench.compressors import Compressed, Update
 from decobench.emulated import codec
 from decobench.emulated.delivery import DeliveryDelay
 from decobench.errors import DecobenchError
+
+FIXED_COST_EVERY: int = 20
+"""Messages of one kind between two timings of its empty collective (kernel latency only):
+each costs one collective's fixed cost (about one round trip) on the link."""
 
 
 class PeerLost(RuntimeError):
@@ -245,6 +261,8 @@ class Communicator:
     _closing: bool = field(default=False, init=False)
     _cond: threading.Condition = field(default_factory=threading.Condition, init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
+    _fixed_cost: dict[bool, float] = field(default_factory=dict, init=False)
+    _since_probe: dict[bool, int] = field(default_factory=dict, init=False)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name=f"comm-rank{self.rank}",
@@ -343,7 +361,33 @@ class Communicator:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def fixed_cost_s(self, dense: bool) -> float | None:
+        """The last measured duration of an empty collective of this kind (kernel latency
+        only; None before the first)."""
+        return self._fixed_cost.get(dense)
+
+    def _time_empty_collective(self, dense: bool) -> float:
+        """Seconds one collective of this kind takes on a one-element tensor (every rank
+        runs it at the same message, so the collectives match)."""
+        one = torch.zeros(1, device=self.device)
+        started = time.monotonic()
+        if dense:
+            work = dist.all_reduce(one, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
+        else:
+            work = dist.all_gather([torch.empty_like(one) for _ in range(self.workers)], one,
+                                   group=self.group, async_op=True)
+        work.wait(timeout=timedelta(seconds=self.timeout_s))
+        self._synchronise()
+        return time.monotonic() - started
+
     def _exchange(self, message: Outgoing) -> Arrival:
+        kernel = self.delay.mechanism == "kernel" and self.workers > 1
+        if kernel:
+            count = self._since_probe.get(message.dense, FIXED_COST_EVERY)
+            if count >= FIXED_COST_EVERY:
+                self._fixed_cost[message.dense] = self._time_empty_collective(message.dense)
+                count = 0
+            self._since_probe[message.dense] = count + 1
         tx_start = self.clock()
         if message.dense:
             work = dist.all_reduce(message.buffer, op=dist.ReduceOp.SUM, group=self.group,
@@ -357,7 +401,9 @@ class Communicator:
         tx_end = self.clock()
         headers, controls, update = received(message, gathered, self.d, self.workers,
                                              self.device)
+        arrive = self.delay.arrival_s(tx_end, message.dense)
+        if kernel:  # split the collective into transmission and fixed cost (module doc)
+            tx_end = max(tx_start, tx_end - self._fixed_cost[message.dense])
         return Arrival(iteration=message.iteration, dense=message.dense, headers=headers,
                        update=update, tx_start_s=tx_start, tx_end_s=tx_end,
-                       arrive_s=self.delay.arrival_s(tx_end, message.dense),
-                       controls=controls)
+                       arrive_s=arrive, controls=controls)
