@@ -86,17 +86,27 @@ def plan_sweep(suite: Suite, out: Path, data_roots: dict[str, str] | None = None
     anything runs; a bad cell is an error naming it. With ``reuse``, each cell's trajectory
     key is computed (its method's decisions on its network, no training)."""
     from decobench.backends import get_backend
-    from decobench.runner import prepare
+    from decobench.runner import load_task_data, prepare
+    from decobench.sharding import check_batch_size
     from decobench.trajectory import reuse_key
 
     write_constant_traces(suite, out / "traces")
     cells = expand_cells(suite, out / "traces", data_roots, backend=backend)
     keys: dict[str, str] = {}
+    train_sizes: dict[tuple[str, ...], int] = {}
     for cell in cells:
         try:
             run = prepare(cell.config)
             if not is_done(out, cell):
                 get_backend(cell.config.backend).check(run)
+                if run.data_root is not None:   # a batch that no shard holds fails here,
+                    # not after the cells before it trained (data to download: at run time)
+                    data_key = (run.task.name, str(run.data_root), str(run.dataset),
+                                repr(run.profile))
+                    if data_key not in train_sizes:
+                        train_sizes[data_key] = load_task_data(run).num_train
+                    check_batch_size(train_sizes[data_key], cell.config.workers,
+                                     run.batch_size)
             key = reuse_key(run)[0] if reuse else None
         except DecobenchError as exc:
             raise DecobenchError(f"suite {suite.name}: cell {cell.name} ({cell.experiment}): "

@@ -257,11 +257,12 @@ def test_a_data_root_for_a_task_the_suite_does_not_run_is_ignored(tmp_path):
 
     from decobench.cli import main
 
-    imagenet = tmp_path / "imagenet"
-    for split in ("train", "val"):
+    imagenet = tmp_path / "imagenet"   # enough images for 4 workers' batches of 32
+    for split, count in (("train", 70), ("val", 1)):
         for cls in ("n00000001", "n00000002"):
             (imagenet / split / cls).mkdir(parents=True)
-            Image.new("RGB", (8, 8)).save(imagenet / split / cls / "a.png")
+            for i in range(count):
+                Image.new("RGB", (8, 8)).save(imagenet / split / cls / f"{i}.png")
     code = main(["sweep", "cpu-paper-vit", "--data-root", f"cnn-fmnist={tmp_path}",
                  "--data-root", f"vit-imagenet={imagenet}", "--out", str(tmp_path / "r"),
                  "--dry-run", "--no-progress"])

@@ -96,3 +96,17 @@ def test_sweep_property_one_line_or_finished_runs(tmp_path_factory, fmnist_root,
             assert_sane_summary(summary)
     else:
         assert_one_line_error(code, captured.err, out)
+
+
+def test_a_batch_no_shard_holds_is_one_line_before_any_run(tmp_path, fmnist_root, capsys):
+    # found by the property above in CI: the cells failed one by one at run time
+    suite_file = tmp_path / "suite.yaml"
+    suite_file.write_text(yaml.safe_dump(_suite(tmp_path, "constant", [(0, 50, 20)],
+                                                {"experiment.options.batch_size": 8086})))
+    out = tmp_path / "results"
+    code = main(["sweep", str(suite_file), "--out", str(out), "--jobs", "1", "--no-wandb",
+                 "--no-progress", "--data-root", f"cnn-fmnist={fmnist_root}"])
+    err = capsys.readouterr().err
+    assert_one_line_error(code, err, out)
+    assert "exceeds a worker's shard of 1721 samples" in err and "cell cnn-fmnist__net__" in err
+    assert not list(out.glob("runs/*/summary.json"))
