@@ -27,6 +27,7 @@ def _namespaces() -> set[str]:
     return {line.split()[0] for line in out.splitlines() if line.strip()}
 
 
+@pytest.mark.slow  # about 30 s (make test-slow, with the killed-rank test)
 @needs_root
 def test_an_outage_and_one_percent_loss_finish_with_the_simulated_trajectory(tmp_path,
                                                                             fmnist_root):

@@ -186,6 +186,7 @@ def test_the_trace_players_changes_are_written_to_the_run_directory(tmp_path):
     assert [(r["planned_s"], r["setting"]["rate_bps"]) for r in rows] == [(0.0, 20e6), (5.0, 5e6)]
 
 
+@pytest.mark.slow  # about 30 s; loopback ranks resume in make test (test_emulated_checkpoint)
 @needs_root
 def test_a_run_that_lost_a_rank_resumes_from_its_checkpoints(tmp_path, fmnist_root):
     """Rank 1 is killed after the ranks checkpointed; ``--resume`` builds the links again,
