@@ -20,6 +20,7 @@ whose owner is gone (e.g. a run killed with SIGKILL); ``python -m decobench.nete
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import json
 import os
@@ -30,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -552,10 +553,7 @@ def kernel_has_netem(runner: Runner | None = None) -> bool:
     if runner is None:
         require_root()
         runner = SubprocessRunner()
-    ns = f"{PREFIX_STEM}{secrets.token_hex(3)[:5]}-nt"
-    runner.run(["ip", "netns", "add", ns])
-    try:
-        runner.run(["ip", "-n", ns, "link", "set", "lo", "alias", owner_tag()])
+    with throwaway_namespace(runner, "nt") as ns:
         runner.run(["ip", "-n", ns, "link", "add", "nt0", "type", "veth", "peer", "name", "nt1"])
         runner.run(["ip", "-n", ns, "link", "set", "nt0", "up"])
         try:
@@ -567,6 +565,17 @@ def kernel_has_netem(runner: Runner | None = None) -> bool:
                 return False
             raise
         return True
+
+
+@contextlib.contextmanager
+def throwaway_namespace(runner: Runner, role: str) -> Iterator[str]:
+    """A namespace ``dcbXXXXX-ROLE`` with an owner tag, deleted on leaving (also after an
+    error): where the feature checks try what this kernel can do."""
+    ns = f"{PREFIX_STEM}{secrets.token_hex(3)[:5]}-{role}"
+    runner.run(["ip", "netns", "add", ns])
+    try:
+        runner.run(["ip", "-n", ns, "link", "set", "lo", "alias", owner_tag()])
+        yield ns
     finally:
         runner.run(["ip", "netns", "del", ns])
 

@@ -46,7 +46,6 @@ import argparse
 import collections
 import json
 import os
-import secrets
 import select
 import shutil
 import socket
@@ -359,6 +358,14 @@ def rule_commands(dev: str, action: str = "add", netns: str | None = None,
 
 
 # -------------------------------------------------------------------- a running delayer
+def _stats_from(line: str) -> DelayStats:
+    """A :class:`DelayStats` from the delayer's ``stats {json}`` line (``cpu_share`` is
+    derived, not stored)."""
+    fields = json.loads(line.split(" ", 1)[1])
+    fields.pop("cpu_share", None)
+    return DelayStats(**fields)
+
+
 @dataclass
 class DelayerProcess:
     """One delayer (``python -m decobench.netem.nfqueue serve``) run with ``prefix`` (e.g.
@@ -450,8 +457,7 @@ class DelayerProcess:
         line = self._expect("stats")
         if line is None:
             raise DecobenchError(f"the NFQUEUE delayer of {self.name} did not report")
-        return DelayStats(**{k: v for k, v in json.loads(line.split(" ", 1)[1]).items()
-                             if k != "cpu_share"})
+        return _stats_from(line)
 
     def stop(self) -> DelayStats | None:
         """End the delayer (packets still held are accepted); its final statistics."""
@@ -462,8 +468,7 @@ class DelayerProcess:
                 pass
             line = self._expect("stats")
             if line is not None:
-                self.stats = DelayStats(**{k: v for k, v in json.loads(
-                    line.split(" ", 1)[1]).items() if k != "cpu_share"})
+                self.stats = _stats_from(line)
             try:
                 self.proc.wait(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:
@@ -489,20 +494,16 @@ def kernel_has_nfqueue(runner: Any = None, python: str = sys.executable) -> bool
     """Whether packets can be delayed with NFQUEUE here: iptables with the NFQUEUE target
     and nfnetlink_queue in the kernel. Tried in a throwaway namespace (always deleted)."""
     from decobench.netem.netns import (
-        PREFIX_STEM,
         CommandError,
         SubprocessRunner,
-        owner_tag,
         require_root,
+        throwaway_namespace,
     )
 
     if runner is None:
         require_root()
         runner = SubprocessRunner()
-    ns = f"{PREFIX_STEM}{secrets.token_hex(3)[:5]}-nq"
-    runner.run(["ip", "netns", "add", ns])
-    try:
-        runner.run(["ip", "-n", ns, "link", "set", "lo", "alias", owner_tag()])
+    with throwaway_namespace(runner, "nq") as ns:
         try:
             for argv in rule_commands("lo", "add", netns=ns):
                 runner.run(argv)
@@ -514,8 +515,6 @@ def kernel_has_nfqueue(runner: Any = None, python: str = sys.executable) -> bool
                 return False
             raise
         return True
-    finally:
-        runner.run(["ip", "netns", "del", ns])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
