@@ -20,6 +20,7 @@ quantisation, :mod:`decobench.baselines.cocktail`) is the original's method and 
 from __future__ import annotations
 
 from decobench.compressors import TopKCompressor
+from decobench.methods import TOPK_DD_EF_SGD
 from decobench.methods.base import Method, MethodContext, MethodSpec
 from decobench.methods.controllers import PLAN_ONCE, deco_controller
 from decobench.methods.ddefsgd import DDEFSGD
@@ -46,4 +47,5 @@ def cocktail_topk_decisions(context: MethodContext,
 COCKTAIL_TOPK_SPEC = MethodSpec(
     "cocktail-sgd-topk", "the DeCo paper's static strategy ('CocktailSGD' as the paper ran "
     "it): global Top-k DD-EF-SGD with (δ, τ) frozen at DeCo's first plan",
-    CocktailTopKOptions, build_cocktail_topk, network_decisions=cocktail_topk_decisions)
+    CocktailTopKOptions, build_cocktail_topk, network_decisions=cocktail_topk_decisions,
+    learner=TOPK_DD_EF_SGD)

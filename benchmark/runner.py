@@ -54,6 +54,7 @@ from decobench.trajectory import (
     Reuse,
     Trajectory,
     decision_policy,
+    shared_learner,
 )
 
 
@@ -387,7 +388,8 @@ def _learner_factory(run: PreparedRun, data: TaskData, reuse: Reuse | None,
         if policy is None:
             raise DecobenchError(f"method {run.spec.name} does not declare its network "
                                  "decisions, so its runs cannot be re-timed")
-        return RecordedLearner(recorded, policy, str(reuse.source))
+        return RecordedLearner(recorded, policy, str(reuse.source),
+                               own_log=shared_learner(run) is not None)
     return played_back
 
 

@@ -15,9 +15,10 @@ processes of the cells in flight are killed, and :class:`SweepInterrupted` says 
 runs are finished; rerunning resumes.
 **Trajectory reuse** (:mod:`decobench.trajectory`; on by default, ``reuse=False`` /
 ``--no-reuse`` turns it off): cells whose trajectory keys are equal (same task, seed and
-options, and a method whose decisions come out the same on their networks) train once: the
-first such cell trains and records its trajectory, the others are re-timed from it on their
-own networks once it has finished (seconds each). A re-timed run directory is complete and
+options, and a method whose decisions come out the same on their networks, or another method
+of the same learner making the same decisions, e.g. DeCo-SGD and its frozen first plan) train
+once: the first such cell trains and records its trajectory, the others are re-timed from it
+on their own networks once it has finished (seconds each). A re-timed run directory is complete and
 says ``retimed_from``. A finished run that recorded the trajectory serves later sweeps too.
 A cell runs in ``runs/.staging-NAME`` and is renamed to ``runs/NAME`` only when it is
 complete, so ``runs/NAME`` exists exactly when the run finished: killing the sweep (or the

@@ -9,7 +9,9 @@ makes from the network; the network only sets the time axis (deco-sgd.md §4). S
   the digest of the decisions its method makes on that network
   (:func:`decision_digest`: the method's :class:`~decobench.methods.decisions.DecisionPolicy`
   run on the run's own event clock for its whole iteration budget, no gradients), or None
-  when the trajectory cannot be known without training (and why);
+  when the trajectory cannot be known without training (and why); methods of one
+  :attr:`~decobench.methods.base.MethodSpec.learner` (DeCo-SGD and the paper's static
+  strategy) share keys across methods, so one trains wherever their decisions coincide;
 - a run that trains records its trajectory (:class:`RecordingLearner`) in
   ``RUN_DIR/trajectory.pt``: per iteration the loss, the message's δ, τ, bits and dense flag,
   and the logged fields; the metric at every evaluation;
@@ -171,8 +173,12 @@ class RecordedLearner:
     """A :class:`~decobench.loop.Learner` that plays a recorded trajectory back; ``policy``
     makes the method's network decisions again on this run's clock (module docstring)."""
 
-    def __init__(self, trajectory: Trajectory, policy: DecisionPolicy, source: str) -> None:
+    def __init__(self, trajectory: Trajectory, policy: DecisionPolicy, source: str,
+                 own_log: bool = False) -> None:
         self.trajectory, self.policy, self.source = trajectory, policy, source
+        self.own_log = own_log
+        """True: the sent log is this run's decisions' log alone (the source may be another
+        method of the same learner, which logs other fields, e.g. DeCo-SGD's re-plans)."""
         self.d, self.gradients_info = trajectory.d, trajectory.gradients
 
     def _step(self, iteration: int) -> Step:
@@ -190,7 +196,7 @@ class RecordedLearner:
 
     def send(self, iteration: int) -> Sent:
         step = self._step(iteration)
-        log = dict(step.sent_log)
+        log = {} if self.own_log and not self.policy.independent else dict(step.sent_log)
         if not self.policy.independent:
             decision = self.policy.decide(iteration)
             if decision.charge() != step.charge():
@@ -231,6 +237,12 @@ def decision_policy(run: Any, d: int) -> DecisionPolicy | None:
     return factory(context, run.options)
 
 
+def shared_learner(run: Any) -> str | None:
+    """The run's :attr:`MethodSpec.learner <decobench.methods.base.MethodSpec.learner>`: its
+    trajectory is shared with the other methods of that learner (None: its own method's)."""
+    return getattr(run.spec, "learner", None)
+
+
 def not_reusable(run: Any) -> str | None:
     """Why this run's trajectory cannot be known without training it, or None."""
     config = run.config
@@ -248,10 +260,11 @@ def not_reusable(run: Any) -> str | None:
     return None
 
 
-def decision_digest(policy: DecisionPolicy, run: Any, d: int) -> str:
-    """SHA-256 of the decisions (δ, τ, bits, dense and the names of the logged fields) the
-    policy makes at every iteration of the run's budget on the run's own event clock, with
-    observations delivered as :class:`~decobench.simulated.SimulatedTransport` delivers them."""
+def decision_digest(policy: DecisionPolicy, run: Any, d: int, log_names: bool = True) -> str:
+    """SHA-256 of the decisions (δ, τ, bits, dense and, with ``log_names``, the names of the
+    logged fields) the policy makes at every iteration of the run's budget on the run's own
+    event clock, with observations delivered as :class:`~decobench.simulated.SimulatedTransport`
+    delivers them."""
     from decobench.simulated import SimulatedTransport
 
     trace = run.condition.trace_for(d, run.compute_time_s)
@@ -263,7 +276,8 @@ def decision_digest(policy: DecisionPolicy, run: Any, d: int) -> str:
         for observation in clock.observations(k):
             policy.observe(observation)
         decision = policy.decide(k)
-        digest.update(repr((decision.charge(), sorted(decision.log))).encode())
+        logged = sorted(decision.log) if log_names else []
+        digest.update(repr((decision.charge(), logged)).encode())
         clock.complete(k, _charged(decision), 0.0)
     return digest.hexdigest()
 
@@ -286,8 +300,15 @@ def reuse_key(run: Any) -> tuple[str | None, str]:
     assert policy is not None
     values = run.config.model_dump(exclude=set(NETWORK_FIELDS) | set(KEY_EXCLUDED))
     values["method_options"] = run.options.model_dump()
+    learner = shared_learner(run)
     if policy.independent:
         values["decisions"], why = "network-independent", "the method reads no network"
+    elif learner is not None:
+        # the options act only through the decisions, and the log is the decisions' own
+        # (MethodSpec.learner): any method of this learner with these decisions
+        values["method"], values["method_options"] = f"learner:{learner}", {}
+        values["decisions"] = decision_digest(policy, run, d, log_names=False)
+        why = f"the decisions on this network of any {learner} method"
     else:
         values["decisions"] = decision_digest(policy, run, d)
         why = "the method's decisions on this network"
@@ -332,4 +353,4 @@ def load_trajectory(run_dir: Path, key: str) -> Trajectory | None:
 
 __all__ = ["KEY_EXCLUDED", "NETWORK_FIELDS", "TRAJECTORY", "RecordedLearner",
            "RecordingLearner", "Reuse", "Step", "Trajectory", "decision_digest", "decision_policy",
-           "load_trajectory", "not_reusable", "reuse_key"]
+           "load_trajectory", "not_reusable", "reuse_key", "shared_learner"]

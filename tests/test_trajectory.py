@@ -85,6 +85,31 @@ def test_a_retimed_run_equals_a_fresh_run(tmp_path, fmnist_root, case):
         assert summary["iterations"] < 200
 
 
+def test_the_static_strategy_is_retimed_from_deco_where_deco_keeps_its_first_plan(
+        tmp_path, fmnist_root):
+    """DeCo-SGD and the paper's static strategy share a learner (MethodSpec.learner): on a
+    constant link where DeCo's re-plans keep its first plan, the static strategy re-timed from
+    DeCo's trajectory writes what a fresh static run writes (its own log: no re-plan rows)."""
+    link, extra = {"trace": "constant-20mbps-100ms"}, {"method_options": {"deco_interval": 5}}
+    deco = prepare(_config(fmnist_root, tmp_path / "deco", "deco-sgd", link, **extra))
+    static = {name: prepare(_config(fmnist_root, tmp_path / name, "cocktail-sgd-topk", link))
+              for name in ("retimed", "fresh")}
+    key, why = reuse_key(deco)
+    assert key is not None and reuse_key(static["retimed"]) == (key, why)
+    assert "any dd-ef-sgd/top-k method" in why
+    execute(deco, show_progress=False, reuse=Reuse(key))
+    execute(static["retimed"], show_progress=False, reuse=Reuse(key, tmp_path / "deco"))
+    execute(static["fresh"], show_progress=False)
+    assert _clean(tmp_path / "retimed") == _clean(tmp_path / "fresh")
+    deco_rows = _clean(tmp_path / "deco")[0]
+    replans = [row["iteration"] for row in deco_rows if "plan_phi" in row]
+    assert len(replans) > 2                            # DeCo re-planned, the same plan
+    assert [row["iteration"] for row in _clean(tmp_path / "retimed")[0]
+            if "plan_phi" in row] == replans[:1]       # the static strategy planned once
+    assert [(r["delta"], r["tau"]) for r in deco_rows] == [
+        (r["delta"], r["tau"]) for r in _clean(tmp_path / "retimed")[0]]
+
+
 def test_static_and_network_decided_keys(fmnist_root, tmp_path):
     def key(method, network, **options):
         return reuse_key(prepare(_config(fmnist_root, tmp_path, method, network,
@@ -101,6 +126,12 @@ def test_static_and_network_decided_keys(fmnist_root, tmp_path):
     # DeCo-SGD compresses on the slow link and not on the fast one
     assert key("deco-sgd", slow) != key("deco-sgd", fast)
     assert key("cocktail-sgd-topk", slow) != key("cocktail-sgd-topk", fast)
+    # one learner: DeCo-SGD keeps its first plan on a constant link, but not where the
+    # bandwidth changes; a method outside the learner never shares
+    assert key("deco-sgd", slow, deco_interval=5) == key("cocktail-sgd-topk", slow)
+    varying = {"trace": "wan-200ms-lowbw-varying"}
+    assert key("deco-sgd", varying, deco_interval=5) != key("cocktail-sgd-topk", varying)
+    assert key("dd-ef-sgd", slow, delta=0.1) != key("cocktail-sgd-topk", slow)
     assert (key("cocktail-sgd", slow, cocktail_reference_defaults=True)
             == key("cocktail-sgd", fast, cocktail_reference_defaults=True))
 

@@ -45,12 +45,17 @@ def deco_sgd_decisions(context: MethodContext, options: DecoOptions) -> Decision
     return ControllerDecisions(controller, lambda delta: TopKCompressor().size(delta, context.d))
 
 
+TOPK_DD_EF_SGD = "dd-ef-sgd/top-k"
+"""The :attr:`MethodSpec.learner` of DD-EF-SGD with global Top-k whose (δ, τ) come from the
+network (DeCo-SGD, the paper's static strategy): where their decisions coincide, one trajectory."""
+
 DD_EF_SGD_SPEC = MethodSpec(
     "dd-ef-sgd", "DD-EF-SGD: global Top-k with error feedback and a fixed staleness (static δ, τ)",
     StaticOptions, build_dd_ef_sgd, network_decisions=network_independent)
 DECO_SGD_SPEC = MethodSpec(
     "deco-sgd", "DeCo-SGD: DD-EF-SGD with δ and τ re-planned from measured bandwidth, latency "
-    "and compute time", DecoOptions, build_deco_sgd, network_decisions=deco_sgd_decisions)
+    "and compute time", DecoOptions, build_deco_sgd, network_decisions=deco_sgd_decisions,
+    learner=TOPK_DD_EF_SGD)
 
 
 def _spec_name(obj: object) -> str:
@@ -80,4 +85,4 @@ def get_method_spec(name: str) -> MethodSpec:
 
 __all__ = ["DDEFSGD", "DD_EF_SGD_SPEC", "DECO_SGD_SPEC", "METHODS", "Due", "LocalExchange",
            "Method", "MethodContext", "MethodOptions", "MethodSpec", "Observation", "Sent",
-           "StepResult", "get_method_spec", "method_specs", "register_method"]
+           "StepResult", "TOPK_DD_EF_SGD", "get_method_spec", "method_specs", "register_method"]

@@ -235,7 +235,16 @@ class MethodSpec:
     for every network condition that leads to the same decisions
     (:mod:`decobench.methods.decisions`); None (the default): unknown, every condition trains
     its own. The context it gets has ``d``, ``workers``, ``topology``, ``optimizer``,
-    ``seed`` and ``max_iters`` (the data are not loaded yet: ``param_shapes`` is empty)."""
+    ``seed`` and ``max_iters`` (the data are not loaded yet: ``param_shapes`` is empty).
+
+    ``learner``: a name for the model side of methods that differ only in how they decide
+    from the network, e.g. ``"dd-ef-sgd/top-k"`` for DeCo-SGD and the paper's static
+    strategy (both DD-EF-SGD with global Top-k; one re-plans, the other freezes DeCo's first
+    plan). A method that sets it promises that its options act only through its
+    ``network_decisions`` and that its sent log is exactly its decisions' log; then runs of
+    any method with the same learner share one trajectory wherever their decisions
+    coincide (the static strategy on a link where DeCo-SGD keeps its first plan).
+    None (the default): the method's name and options are part of its trajectory key."""
 
     name: str
     summary: str
@@ -243,3 +252,4 @@ class MethodSpec:
     build: Callable[[MethodContext, MethodOptions], Method]
     emulation: str | None = None
     network_decisions: Callable[[MethodContext, Any], Any] | None = None
+    learner: str | None = None
