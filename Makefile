@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-# Suite of `make reproduce` (smoke, cpu-paper, regime-maps, gpu-day, paper,
+# Suite of `make reproduce` (smoke, cpu-paper, cpu-paper-vit, regime-maps, gpu-day, paper,
 # scaling, theory or planner-study; or a suite YAML file) and where its runs and report go.
 SUITE   ?= smoke
 RESULTS ?= results/$(notdir $(basename $(SUITE)))
@@ -15,11 +15,11 @@ JOBS    ?=
 # each task downloads its data set. ImageNet has no download: IMAGENET=/path/to/imagenet.
 FMNIST_ROOT   ?= $(wildcard ../shared/data/fashion-mnist-mini)
 WIKITEXT_ROOT ?= $(wildcard ../shared/data/wikitext-2)
-# The cpu-paper and regime-maps suites run CIFAR-10 and ImageNet on offline
+# The cpu-paper, cpu-paper-vit and regime-maps suites run CIFAR-10 and ImageNet on offline
 # STAND-INS built from the Fashion-MNIST slice (labelled as such in every run; docs/tasks/) unless you give
 # the real data sets with CIFAR10_ROOT= and IMAGENET=.
 STANDINS ?= data/standins
-ifneq ($(filter cpu-paper regime-maps,$(notdir $(basename $(SUITE)))),)
+ifneq ($(filter cpu-paper cpu-paper-vit regime-maps,$(notdir $(basename $(SUITE)))),)
 CIFAR10_ROOT  ?= $(STANDINS)/cifar10
 IMAGENET      ?= $(STANDINS)/imagenet
 endif
@@ -31,7 +31,7 @@ DATA_FLAGS := $(if $(FMNIST_ROOT),--data-root cnn-fmnist=$(FMNIST_ROOT)) \
               $(if $(CIFAR10_ROOT),--data-root cnn-cifar10=$(CIFAR10_ROOT)) \
               $(if $(IMAGENET),--data-root vit-imagenet=$(IMAGENET))
 
-.PHONY: venv tools test test-slow bench reproduce lint clean
+.PHONY: venv tools test test-slow bench reproduce smoke-run smoke-check smoke-golden data-slices lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -75,6 +75,31 @@ bench: $(STAMP)
 reproduce: $(STAMP) $(if $(STANDIN_DEPS),$(STANDINS)/README.txt)
 	$(VENV)/bin/decobench sweep $(SUITE) --out $(RESULTS) $(DATA_FLAGS) $(if $(JOBS),--jobs $(JOBS))
 	$(VENV)/bin/decobench report $(RESULTS)
+
+# CI smoke benchmark (docs/ci.md): run SUITE afresh into CHECK_RESULTS (a fresh folder: a
+# results folder of older code would be resumed, not rerun), write its report, and compare it
+# with the golden results GOLDEN: exit 1 when a cell regressed or is missing.
+# `make smoke-golden` accepts a fresh run as the new golden file (git diff shows what moved).
+GOLDEN        ?= benchmark/suites/golden/$(notdir $(basename $(SUITE))).json
+CHECK_RESULTS ?= results/$(notdir $(basename $(SUITE)))-check
+smoke-run: $(STAMP) $(if $(STANDIN_DEPS),$(STANDINS)/README.txt)
+	rm -rf $(CHECK_RESULTS)
+	-$(VENV)/bin/decobench sweep $(SUITE) --out $(CHECK_RESULTS) $(DATA_FLAGS) --no-progress \
+	  $(if $(JOBS),--jobs $(JOBS))
+	-$(VENV)/bin/decobench report $(CHECK_RESULTS) > /dev/null
+
+smoke-check: smoke-run
+	$(VENV)/bin/decobench compare $(GOLDEN) $(CHECK_RESULTS)
+
+smoke-golden: smoke-run
+	$(VENV)/bin/decobench compare $(if $(wildcard $(GOLDEN)),$(GOLDEN),$(CHECK_RESULTS)) \
+	  $(CHECK_RESULTS) --save $(GOLDEN)
+
+# The smoke suite's data slices from their public sources, SHA-256 checked (for machines
+# without ../shared/data: FMNIST_ROOT=data/slices/fashion-mnist-mini
+# WIKITEXT_ROOT=data/slices/wikitext-2; the CI workflow does this).
+data-slices: $(STAMP)
+	$(VENV)/bin/decobench data slices --out data/slices
 
 # Offline stand-ins for CIFAR-10 and ImageNet (decobench data standins), byte-for-byte
 # reproducible from the Fashion-MNIST slice.

@@ -85,6 +85,8 @@ SUBCOMMANDS: dict[str, str] = {
                 "compared (root)",
     "trace": "generate, validate, convert and plot network traces",
     "data": "offline data: build stand-in data sets; fetch a run's data",
+    "compare": "compare two results folders (or snapshots) cell by cell; exit 1 on a "
+               "regression (CI gate)",
 }
 """The subcommands and their one-line help, in ``decobench --help`` order."""
 
@@ -107,7 +109,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = _chosen_subcommand(argv)
     builders = {"run": _add_run, "plan": _add_plan, "report": _add_report, "sweep": _add_sweep,
-                "fidelity": _add_fidelity, "trace": _add_trace, "data": _add_data}
+                "fidelity": _add_fidelity, "trace": _add_trace, "data": _add_data,
+                "compare": _add_compare}
     for name, summary in SUBCOMMANDS.items():
         if not argv or chosen == name:
             builders[name](sub, argv)
@@ -165,6 +168,51 @@ def _add_report(sub: Any, argv: Sequence[str]) -> None:
     report.add_argument("--no-wandb", action="store_true", help="do not log the report to "
                         "Weights & Biases")
     report.set_defaults(func=cmd_report)
+
+
+def _add_compare(sub: Any, argv: Sequence[str]) -> None:
+    from decobench.reports.compare import DEFAULT_TOLERANCE, METRICS
+
+    compare = sub.add_parser(
+        "compare", help=SUBCOMMANDS["compare"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Compare NEW with BASE cell by cell: time and iterations to target, final "
+        "metric, bits sent and status. BASE and NEW are results folders (a sweep's, or any "
+        "folder of run directories) or snapshot files written by --save (the golden results "
+        "kept in a repository). Prints a table, writes compare.md and compare.json, and exits "
+        "1 when a cell regressed or a cell of BASE is missing in NEW, 0 otherwise (2: bad "
+        "input).",
+        epilog="tolerance: exact when both sides ran on the simulated clock on the same "
+        "platform with the same versions (such runs are deterministic); otherwise, per cell and "
+        "metric, the relative spread of BASE's seeds of that cell, at least "
+        f"{DEFAULT_TOLERANCE:.0%}. Cells are named experiment/task/condition/label/nN/sSEED; a "
+        "cell whose configuration changed is compared and its changed fields are listed.\n\n"
+        "examples:\n"
+        "  decobench compare benchmark/suites/golden/smoke.json results/smoke\n"
+        "  decobench compare results/base results/new --metric time_to_target_s "
+        "--only '*deco-sgd*'\n"
+        "  decobench compare benchmark/suites/golden/smoke.json results/smoke "
+        "--save benchmark/suites/golden/smoke.json   # accept NEW as the golden results\n"
+        "docs/ci.md has the CI workflow that runs it.")
+    compare.add_argument("base", metavar="BASE", help="the reference: results folder or "
+                         "snapshot file")
+    compare.add_argument("new", metavar="NEW", help="the results to check: results folder or "
+                         "snapshot file")
+    compare.add_argument("--metric", action="append", choices=METRICS, metavar="METRIC",
+                         help="compare only this metric (repeatable; default: all of "
+                         f"{', '.join(METRICS)})")
+    compare.add_argument("--tolerance", type=float, metavar="X", help="one relative "
+                         "tolerance for every cell, e.g. 0.05 for 5%% (0: exact); default: "
+                         "exact or the seed spread, as below")
+    compare.add_argument("--only", action="append", default=[], metavar="GLOB",
+                         help="compare only cells whose name matches this glob, e.g. "
+                         "'*/cnn-fmnist/*' (repeatable: any may match)")
+    compare.add_argument("--out", metavar="DIR", help="where compare.md and compare.json go "
+                         "(default: NEW if it is a folder, else the current folder)")
+    compare.add_argument("--save", metavar="FILE", help="also write NEW as a snapshot to FILE "
+                         "(refreshing a golden file): NEW becomes the baseline, so the exit "
+                         "status is 0 whatever the comparison says")
+    compare.set_defaults(func=cmd_compare)
 
 
 def _add_sweep(sub: Any, argv: Sequence[str]) -> None:
@@ -461,6 +509,34 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(f"report: {output.markdown} and {output.html} ({len(output.csv)} tables, "
           f"{len(output.figures)} figures)", file=sys.stderr)
     return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from decobench.reports.compare import (
+        METRICS,
+        compare,
+        load_results,
+        print_table,
+        write_comparison,
+        write_snapshot,
+    )
+
+    base, _ = load_results(args.base)
+    new, unfinished = load_results(args.new)
+    comparison = compare(base, new, metrics=args.metric or METRICS, tolerance=args.tolerance,
+                         only=args.only, unfinished=unfinished)
+    out = args.out or (args.new if Path(args.new).is_dir() else ".")
+    check_output_dir(out, "--out" if args.out else "NEW")
+    print_table(comparison)
+    markdown, data = write_comparison(comparison, out)
+    print(f"compare: {markdown} and {data}", file=sys.stderr)
+    if args.save:
+        print(f"compare: NEW saved as the baseline {write_snapshot(new, args.save)}",
+              file=sys.stderr)
+        return 0
+    return 1 if comparison.failed else 0
 
 
 def _interrupt(signum: int, frame: Any) -> None:

@@ -38,8 +38,14 @@ def _fetch(args: argparse.Namespace) -> int:
     return cmd_fetch(args)
 
 
+def _slices(args: argparse.Namespace) -> int:
+    from decobench.tasks.slices import cmd_slices
+
+    return cmd_slices(args)
+
+
 def add_data_parser(subparsers: Any) -> None:
-    """Register ``data`` and its subcommands ``standins`` and ``fetch`` on an argparse
+    """Register ``data`` and its subcommands ``standins``, ``fetch`` and ``slices`` on an argparse
     subparsers object (``decobench data standins``, ``decobench data fetch``); each leaf
     sets ``func``."""
     data = subparsers.add_parser("data", help="offline data: build stand-in data sets; "
@@ -61,3 +67,14 @@ def add_data_parser(subparsers: Any) -> None:
         "one-shot data service runs this before the workers start.")
     fetch.add_argument("--config", required=True, metavar="RUN.yaml", help="run config file")
     fetch.set_defaults(func=_fetch)
+    slices = sub.add_parser(
+        "slices", help="the smoke suite's offline data slices, from their public sources",
+        description="Download Fashion-MNIST's test split (torchvision) and WikiText-2 "
+        "(PyTorch's word-language-model example) and write the two small slices the golden "
+        "smoke results were measured on, each file checked by SHA-256: "
+        "OUT/fashion-mnist-mini (the first 4,443 test images, re-split 3,443 / 1,000) and "
+        "OUT/wikitext-2 (valid.txt, test.txt). Files already there with the right SHA-256 are "
+        "kept. `make data-slices` runs it; docs/ci.md says where it is used.")
+    slices.add_argument("--out", default="data/slices", metavar="DIR",
+                        help="output folder (default: data/slices)")
+    slices.set_defaults(func=_slices)

@@ -205,20 +205,44 @@ def _compute_time_source(config: RunConfig, profile: TaskProfile) -> str:
 
 
 def _git_commit() -> str | None:
+    """The checkout's commit, with ``+dirty`` when tracked files differ from it (the run's
+    code is then not exactly that commit's)."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
+        where = Path(__file__).parent
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where,
                              capture_output=True, text=True, timeout=5, check=True)
-        return out.stdout.strip() or None
+        commit = out.stdout.strip()
+        if not commit:
+            return None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                cwd=where, capture_output=True, text=True, timeout=5)
+        return commit + ("+dirty" if status.returncode == 0 and status.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None
 
 
+def _installed(package: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def versions() -> dict[str, Any]:
+    """What the run was computed with: the libraries whose versions can change its numbers,
+    the machine and the vector unit torch uses on it (``cpu_capability``, e.g. AVX2 or
+    AVX512: another one can round differently), for ``decobench compare``'s exact mode."""
     import torchvision
 
     return {"decobench": __version__, "python": platform.python_version(),
             "torch": str(torch.__version__), "torchvision": str(torchvision.__version__),
+            "numpy": _installed("numpy"), "timm": _installed("timm"),
+            "transformers": _installed("transformers"),
             "git_commit": _git_commit(), "platform": platform.platform(),
+            "machine": platform.machine(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "torch_threads": torch.get_num_threads()}
 
 

@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from decobench.atomicio import write_text_atomic
 from decobench.errors import DecobenchError
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,8 @@ PROJECT_PREFIX = "decobench"
 STEP_METRIC = "sim_time_s"
 """The x-axis of every logged namespace: the run's simulated clock in seconds."""
 NAMESPACES = ("train", "eval", "comm", "net")
+WANDB_RECORD = "wandb.json"
+"""The file in a run directory naming the W&B run it was logged to (:class:`WandbTracker`)."""
 """Key prefixes of the logged metrics; each is plotted against :data:`STEP_METRIC`."""
 
 ROW_KEYS: dict[str, str | None] = {
@@ -175,7 +179,10 @@ def run_identity(config: Mapping[str, Any]) -> dict[str, Any]:
             "condition": condition, "workers": config.get("workers"),
             "seed": config.get("seed"), "profile": config.get("profile"),
             "backend": config.get("backend"), "suite": config.get("suite")}
-    tags: list[str] = []
+    # WANDB_TAGS (comma-separated) adds tags, e.g. the side of a comparison (docs/wandb.md);
+    # wandb would drop it, since init's own tags take precedence over the environment's
+    tags: list[str] = [t.strip()[:_MAX_TAG] for t in os.environ.get("WANDB_TAGS", "").split(",")
+                       if t.strip()]
     for axis in _TAG_AXES:
         if axes[axis] is not None:
             tag = f"{axis}:{axes[axis]}"[:_MAX_TAG]
@@ -273,8 +280,26 @@ class WandbTracker:
         self.run_dir = Path(run_dir)
         self._run = _init(self.mode, self.run_dir, config=dict(config), **self.identity)
         self._open = True
+        self._record_run()
         self._failed_logging = False
         self._define_metrics()
+
+    def _record_run(self) -> None:
+        """``RUN_DIR/wandb.json``: the W&B run's id, project, entity, mode and URL (None
+        offline), so ``decobench compare`` can link each cell's run."""
+        def field(name: str) -> Any:
+            try:
+                value = getattr(self._run, name)
+            except Exception:  # offline runs may have no URL or entity
+                return None
+            return str(value) if value else None
+
+        record = {"id": field("id"), "project": field("project") or self.identity["project"],
+                  "entity": field("entity"), "group": self.identity["group"],
+                  "name": self.identity["name"], "mode": self.mode,
+                  # offline, wandb warns "URL not available" when asked: do not ask
+                  "url": field("url") if self.mode == "online" else None}
+        write_text_atomic(self.run_dir / WANDB_RECORD, json.dumps(record, indent=1) + "\n")
 
     @property
     def run(self) -> Any:

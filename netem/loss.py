@@ -135,3 +135,24 @@ class LinkSwitch:
             from decobench.netem.netns import ShapingMismatch
 
             raise ShapingMismatch(f"{self.name}: " + "; ".join(problems))
+
+
+def change_link(setting: object, *, shape: Callable[[object], None], delayer: object | None,
+                switch: LinkSwitch, name: str) -> None:
+    """One live change of one link (a trace row), the same for every shaper
+    (:class:`decobench.netem.netns.NamespaceNetwork`, :class:`decobench.netem.player.TcShaper`):
+    a usable bandwidth reshapes in place (``shape(setting)``, read back) and moves the NFQUEUE
+    ``delayer`` (if any) to the row's latency, then brings the link up; a bandwidth below
+    :data:`OUTAGE_BPS` only takes the link down (the shaping keeps its last rate). A delayer
+    that has exited is an error naming the link: its queue drops every packet."""
+    from decobench.errors import DecobenchError
+
+    down = is_outage(setting.rate_bps)  # type: ignore[attr-defined]
+    if not down:
+        shape(setting)
+        if delayer is not None:
+            if not delayer.alive():  # type: ignore[attr-defined]
+                raise DecobenchError(f"the NFQUEUE delayer of the {name} has exited: that "
+                                     "link drops every packet")
+            delayer.set_delay(setting.latency_s)  # type: ignore[attr-defined]
+    switch.set(down)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fnmatch
+import functools
 import json
 import os
 import re
@@ -436,21 +437,14 @@ class NamespaceNetwork:
         bandwidth below :data:`decobench.netem.loss.OUTAGE_BPS` takes the links down
         instead (they drop every packet; the shaping keeps its last rate) until a setting
         above it comes."""
-        from decobench.netem.loss import is_outage
+        from decobench.netem.loss import change_link
 
         if not self._up:
             raise DecobenchError("the emulated network is not up (use it inside its with-block)")
-        down = is_outage(setting.rate_bps)
         for i in range(self.plan.workers):
-            if not down:
-                self._shape(i, setting, "change")
-                delayer = self._delayers.get(i)
-                if delayer is not None:
-                    if not delayer.alive():
-                        raise DecobenchError(f"the NFQUEUE delayer of the {self._link_name(i)} "
-                                             "has exited: that link drops every packet")
-                    delayer.set_delay(setting.latency_s)
-            self._switches[i].set(down)
+            change_link(setting, shape=functools.partial(self._shape, i, action="change"),
+                        delayer=self._delayers.get(i), switch=self._switches[i],
+                        name=self._link_name(i))
         self.setting = setting
 
     def _shape(self, i: int, setting: LinkSetting, action: str) -> None:

@@ -168,21 +168,14 @@ class TcShaper:
     def apply(self, setting: LinkSetting) -> None:
         """Update the shaping in place; a bandwidth below
         :data:`decobench.netem.loss.OUTAGE_BPS` takes the link down instead."""
-        from decobench.netem.loss import LinkSwitch, is_outage
+        from decobench.netem.loss import LinkSwitch, change_link
 
         if self._switch is None:
             self._switch = LinkSwitch(self.dev, self.netns, self._run,
                                       lambda argv: self.runner.run(argv).stdout,
                                       f"link {self.dev}")
-        down = is_outage(setting.rate_bps)
-        if not down:
-            self._shape(setting, "change")
-            if self.delayer is not None:
-                if not self.delayer.alive():
-                    raise DecobenchError(f"the NFQUEUE delayer of {self.dev} has exited: the "
-                                         "link drops every packet")
-                self.delayer.set_delay(setting.latency_s)
-        self._switch.set(down)
+        change_link(setting, shape=lambda s: self._shape(s, "change"), delayer=self.delayer,
+                    switch=self._switch, name=f"link {self.dev}")
 
     def close(self) -> Any:
         """Stop the delayer (``nfqueue``); its statistics, or None."""
@@ -237,6 +230,7 @@ class DockerTcShaper:
     opener: Opener = urllib.request.urlopen
     framing_factor: float = TCP_FRAMING_FACTOR
     timeout_s: float = 10.0
+    verify: bool = True
     requests: list[tuple[str, str]] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
@@ -280,6 +274,26 @@ class DockerTcShaper:
                 raise DecobenchError(
                     f"docker-tc refused POST {url} with {body!r}: HTTP {status}: {text or '(empty)'}"
                 )
+            if self.verify:
+                self._verify(container, url, setting)
+
+    def _verify(self, container: str, url: str, setting: LinkSetting) -> None:
+        """Read the container's qdiscs back (``GET /<container>``, upstream's
+        ``bin/http-get.sh``: ``tc qdisc show`` of its interfaces) and check them
+        (:func:`decobench.netem.tc.check_docker_tc_readback`); a mismatch names the container."""
+        from decobench.netem.netns import ShapingMismatch
+        from decobench.netem.tc import check_docker_tc_readback
+
+        try:
+            with self.opener(urllib.request.Request(url, method="GET"),
+                             timeout=self.timeout_s) as response:
+                text = response.read().decode("utf-8", "replace")
+        except (urllib.error.URLError, OSError) as exc:
+            raise DecobenchError(f"docker-tc at {self.url} did not answer GET {url} ({exc})") \
+                from None
+        problems = check_docker_tc_readback(text, setting, self.mechanism, self.framing_factor)
+        if problems:
+            raise ShapingMismatch(f"container {container} (docker-tc): " + "; ".join(problems))
 
 
 # -------------------------------------------------------------------------------- player

@@ -367,8 +367,47 @@ def parse_qdiscs(text: str) -> dict[str, dict[str, object]]:
             entry["parent"] = words[words.index("parent") + 1]
         if "delay" in words[:-1]:
             entry["delay_s"] = _number(words[words.index("delay") + 1], TIME_UNITS, "")
+        if words[1] == "tbf" and "rate" in words[:-1]:
+            entry["rate_bps"] = _number(words[words.index("rate") + 1], RATE_UNITS, "bit")
         qdiscs[words[2]] = entry
     return qdiscs
+
+
+def _rate_off(got: float, want: float) -> bool:
+    return abs(got - want) > READBACK_RATE_TOLERANCE * want + READBACK_RATE_SLACK_BPS
+
+
+def check_docker_tc_readback(qdisc_text: str, setting: LinkSetting, mechanism: str,
+                             framing_factor: float = TCP_FRAMING_FACTOR) -> list[str]:
+    """What is wrong with a container's shaping as docker-tc's ``GET /<container>`` reports
+    it (``tc qdisc show`` of the container's host-side interfaces) against ``setting``: what
+    upstream's POST sets is a netem root (``delay``, under ``netem``) with a tbf child
+    (``rate``), or a tbf root alone (``comm-layer``: no delay sent). Upstream answers a POST
+    with success even when ``tc`` failed (no ``sch_netem``), so this read-back is what tells."""
+    try:
+        qdiscs = parse_qdiscs(qdisc_text)
+    except ValueError as exc:
+        return [f"docker-tc's answer could not be read ({exc})"]
+    kinds = ", ".join(f"{q['kind']} {h}" for h, q in qdiscs.items()) or "none"
+    problems: list[str] = []
+    if mechanism == "netem":
+        netem = [q for q in qdiscs.values() if q["kind"] == "netem"]
+        delay = netem[0].get("delay_s") if netem else None
+        if not isinstance(delay, float):
+            problems.append(f"no netem qdisc with a delay (qdiscs: {kinds}): the link is not "
+                            "delayed (docker-tc answers success when the kernel has no "
+                            "sch_netem)")
+        elif abs(delay - setting.latency_s) > max(1e-4, 0.01 * setting.latency_s):
+            problems.append(f"netem delays {delay * 1e3:.3f} ms, set "
+                            f"{setting.latency_s * 1e3:.3f} ms")
+    tbf = [q for q in qdiscs.values() if q["kind"] == "tbf"]
+    rate = tbf[0].get("rate_bps") if tbf else None
+    want = tc_rate_bps(setting, framing_factor)
+    if not isinstance(rate, float):
+        problems.append(f"no tbf qdisc with a rate (qdiscs: {kinds}): the link is not shaped")
+    elif _rate_off(rate, want):
+        problems.append(f"tbf rate {rate / 1e6:.4g} Mbit/s, set {want / 1e6:.4g} Mbit/s")
+    return problems
 
 
 def check_readback(
@@ -396,7 +435,7 @@ def check_readback(
     link = classes.get(LINK_CLASS, {})
     for key in ("rate", "ceil"):
         got = link.get(key)
-        if got is None or abs(got - want) > READBACK_RATE_TOLERANCE * want + READBACK_RATE_SLACK_BPS:
+        if got is None or _rate_off(got, want):
             shown = "missing" if got is None else f"{got / 1e6:.4g} Mbit/s"
             problems.append(f"class {LINK_CLASS} {key} {shown}, set {want / 1e6:.4g} Mbit/s")
     for leaf, parent in ((SMALL_LEAF, SMALL_CLASS), (BULK_LEAF, BULK_CLASS)):

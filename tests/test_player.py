@@ -13,7 +13,7 @@ import pytest
 from fake_tc import TcEcho
 
 from decobench.errors import DecobenchError
-from decobench.netem.netns import CommandError, NamespaceNetwork, NetworkPlan
+from decobench.netem.netns import CommandError, NamespaceNetwork, NetworkPlan, ShapingMismatch
 from decobench.netem.player import (
     DockerTcShaper,
     NetnsShaper,
@@ -241,13 +241,39 @@ class FakeResponse:
         return False
 
 
+def upstream_qdiscs(body: str, netem_in_kernel: bool = True) -> bytes:
+    """What upstream docker-tc's GET answers after a POST of ``body`` (bin/http-post.sh and
+    tc-common.sh: a netem root with the delay, a tbf child ``burst 5kb latency 50ms`` with the
+    rate; `tc qdisc show` prints rates as iproute2's sprint_rate does). Without sch_netem both
+    `tc qdisc add` fail (the tbf's parent 1: does not exist) and the device keeps its default."""
+    fields = dict(part.split("=") for part in body.split("&"))
+    rate = int(fields["rate"].removesuffix("bit"))
+    shown = f"{rate // 1000}Kbit" if rate % 1000 and rate >= 1_000_000 else f"{rate}bit"
+    if "delay" not in fields:
+        return f"qdisc tbf 1: root refcnt 2 rate {shown} burst 5Kb lat 50ms \n".encode()
+    if not netem_in_kernel:
+        return b"qdisc noqueue 0: root refcnt 2 \n"
+    delay_ms = int(fields["delay"].removesuffix("us")) / 1000
+    return (f"qdisc netem 1: root refcnt 2 limit 1000 delay {delay_ms:g}ms\n"
+            f"qdisc tbf 2: parent 1: rate {shown} burst 5Kb lat 50ms \n").encode()
+
+
 class FakeOpener:
-    def __init__(self, response=None, error=None):
+    """POSTs answer ``response``; GETs answer what upstream's docker-tc would show for the
+    container's last POST (``netem_in_kernel``: whether its tc could add netem)."""
+
+    def __init__(self, response=None, error=None, netem_in_kernel=True):
         self.requests = []
         self.response = response or FakeResponse()
         self.error = error
+        self.netem_in_kernel = netem_in_kernel
+        self.posted = {}
 
     def __call__(self, request, timeout):
+        if request.get_method() == "GET":
+            body = self.posted[request.full_url]
+            return FakeResponse(200, upstream_qdiscs(body, self.netem_in_kernel))
+        self.posted[request.full_url] = request.data.decode()
         self.requests.append(
             (
                 request.get_method(),
@@ -287,6 +313,26 @@ def test_docker_tc_requests():
     comm = DockerTcShaper("http://h:4080", ["w0"], "comm-layer", opener=opener)
     assert comm.body(LinkSetting(1e6, 0.25)) == "rate=1045580bit"
     assert comm.container_url("a/b") == "http://h:4080/a%2Fb"
+    comm.apply(LinkSetting(1e6, 0.25))                  # a tbf root alone reads back right
+
+
+def test_docker_tc_is_read_back_after_each_post():
+    """Upstream answers a POST with success even when tc failed (no sch_netem): the GET
+    read-back is what catches it, naming the container."""
+    silent = FakeOpener(netem_in_kernel=False)
+    with pytest.raises(ShapingMismatch, match="container w1 .*no netem qdisc.*sch_netem"):
+        DockerTcShaper("http://h:4080", ["w1"], opener=silent).apply(A)
+
+    class Stale(FakeOpener):                           # shows the previous rate
+        def __call__(self, request, timeout):
+            if request.get_method() == "GET":
+                return FakeResponse(200, upstream_qdiscs("rate=5000000bit&delay=100000us"))
+            return super().__call__(request, timeout)
+
+    with pytest.raises(ShapingMismatch, match=r"tbf rate 5 Mbit/s, set 10.46 Mbit/s"):
+        DockerTcShaper("http://h:4080", ["w0"], opener=Stale()).apply(A)
+    unchecked = DockerTcShaper("http://h:4080", ["w0"], opener=silent, verify=False)
+    unchecked.apply(A)                                  # --no-verify: trusted as before
 
 
 def test_docker_tc_errors():

@@ -4,6 +4,7 @@ and one run through the real runner."""
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -75,6 +76,7 @@ def test_resolve_mode_rejects_unknown(monkeypatch):
 
 def test_naming(monkeypatch):
     monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    monkeypatch.delenv("WANDB_TAGS", raising=False)
     ident = run_identity(CONFIG)
     assert ident["project"] == "decobench-smoke"
     assert ident["group"] == "cnn-fmnist|constant-20mbps-100ms|deco-sgd-F25"
@@ -87,6 +89,8 @@ def test_naming(monkeypatch):
                          "condition": None, "network": {"label": "S/(aT)=2, b/T=1"}})
     assert bare["project"] == "decobench" and bare["name"] == "deco-sgd-S/(aT)=2, b/T=1-s3"
     assert project_name(None) == "decobench"
+    monkeypatch.setenv("WANDB_TAGS", "base, pr-12,")        # the side of a comparison
+    assert run_identity(CONFIG)["tags"][:3] == ["base", "pr-12", "task:cnn-fmnist"]
     monkeypatch.setenv("WANDB_PROJECT", "mine")
     assert project_name("smoke") == "mine"
 
@@ -151,6 +155,11 @@ def test_offline_run_is_logged(offline, tmp_path):
 
     rec = read_run(tmp_path / "renamed" / "wandb")
     assert rec.project == "decobench-smoke" and rec.job_type == "train"
+    # wandb.json names the run for `decobench compare`'s links
+    record = json.loads((tmp_path / "renamed" / "wandb.json").read_text())
+    assert record["project"] == "decobench-smoke" and record["mode"] == "offline"
+    assert record["id"] and (tmp_path / "renamed" / "wandb" / "latest-run").resolve(
+        ).name.endswith(record["id"]) and record["url"] is None
     assert rec.group == "cnn-fmnist|constant-20mbps-100ms|deco-sgd-F25"
     assert rec.name == "deco-sgd-F25-constant-20mbps-100ms-s3"
     assert "method:deco-sgd" in rec.tags and "seed:3" in rec.tags

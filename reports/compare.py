@@ -1,0 +1,553 @@
+"""Compare two sets of results cell by cell, for CI gates (``decobench compare BASE NEW``).
+
+Each side is a results folder (a sweep's, with ``manifest.json``, or any folder of run
+directories) or a **snapshot**: the small JSON file :func:`write_snapshot` makes of a results
+folder (``decobench compare --save FILE``), kept in a repository as the golden results
+(``benchmark/suites/golden/``). A snapshot holds, per cell, what the comparison reads from
+``summary.json`` and ``config.yaml``, the W&B run it was logged to, and the platform and
+library versions the runs were measured on.
+
+**Cells** are matched by name: ``experiment/task/condition/label/nWORKERS/sSEED``. A cell only
+in BASE is *missing* (a run that no longer finishes counts as a regression), a cell only in
+NEW is *new*, and a cell whose identity (the hash of its resolved configuration,
+:func:`decobench.suite.identity`) changed is reported as *changed*, with the configuration
+fields that differ; its metrics are still compared.
+
+**Metrics** (:data:`METRICS`): time to target, iterations to target and bits sent (lower is
+better), the final metric (accuracy: higher; perplexity and loss: lower) and the status
+(target reached, better than budget exhausted, better than diverged). A target met in BASE
+and not in NEW is a regression of time and iterations to target.
+
+**Tolerance**: a cell regresses when NEW is worse than BASE by more than it.
+
+- *exact* (0) when both sides ran on the simulated clock on the same platform with the same
+  versions (:data:`ENVIRONMENT_KEYS`): such runs are deterministic, so any change is real;
+- otherwise *seed spread*: for each metric, the relative range (max − min) / median of BASE's
+  seeds of the same cell (same name without the seed), and never less than
+  :data:`DEFAULT_TOLERANCE` (5%, also the tolerance of a cell with one seed);
+- ``--tolerance X`` sets one relative tolerance for every cell (0: exact).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from decobench.atomicio import write_text_atomic
+from decobench.errors import DecobenchError
+from decobench.rundir import CONFIG, SUMMARY
+
+SNAPSHOT_FORMAT = "decobench-snapshot/1"
+"""The ``format`` field of a snapshot file."""
+
+METRICS = ("time_to_target_s", "iters_to_target", "final_metric", "bits_sent", "status")
+"""What :func:`compare` compares, in table order."""
+
+DEFAULT_TOLERANCE = 0.05
+"""Relative tolerance when the two sides are not known to be bit-for-bit comparable: the
+floor under the seed spread, and the tolerance of a cell with one seed."""
+
+ENVIRONMENT_KEYS = ("machine", "python", "torch", "torchvision", "numpy", "timm",
+                    "transformers", "cpu_capability", "torch_threads")
+"""The ``versions`` of a run's config.yaml that must match for an exact comparison
+(``machine``: x86_64, arm64, ...; ``cpu_capability``: the vector unit torch uses). A run that
+does not record one of them (made before it was recorded) is never compared exactly."""
+
+LOWER_IS_BETTER = frozenset({"perplexity", "loss"})
+"""Metric names whose smaller values are better (others, e.g. accuracy: larger)."""
+
+CONFIG_IGNORED = frozenset({"out", "data_root", "checkpoint_every_s", "versions", "trace_path",
+                            "trajectory", "gradients", "data_source"})
+"""config.yaml fields left out of a snapshot's configuration (paths, provenance)."""
+
+STATUS_RANK = {"reached": 0, "finished": 1, "budget_exhausted": 1, "diverged": 2, "failed": 3}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of a results set: its name, identity, values and where it was logged."""
+
+    name: str
+    identity: str | None
+    values: dict[str, Any]
+    metric_name: str | None = None
+    time_basis: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    wandb: dict[str, Any] | None = None
+
+    @property
+    def group(self) -> str:
+        """The name without the seed: the cells whose spread sets the tolerance."""
+        return self.name.rsplit("/", 1)[0]
+
+
+@dataclass
+class Snapshot:
+    """A results set: its suite, cells by name, the environment its runs were measured in
+    (None when its runs disagree or do not say) and where it came from."""
+
+    suite: str | None
+    cells: dict[str, Cell]
+    environment: dict[str, Any] | None
+    source: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The snapshot file's content. What changes from one run of the same code to the
+        next is left out of the cells, so a refreshed file's diff is what moved: the commit
+        and the platform string (``measured_at`` and ``platforms`` hold them once; the cells
+        keep the versions of :data:`ENVIRONMENT_KEYS`) and offline W&B runs (a random id,
+        and no link to follow)."""
+        cells = {}
+        for name, cell in sorted(self.cells.items()):
+            value = {k: v for k, v in asdict(cell).items() if k != "name"}
+            versions = cell.config.get("_versions", {})
+            value["config"] = {**cell.config, "_versions": {
+                k: versions.get(k) for k in ENVIRONMENT_KEYS}}
+            if not (cell.wandb or {}).get("url"):
+                value["wandb"] = None
+            cells[name] = value
+        def each(key: str) -> list[str]:
+            return sorted({str(c.config.get("_versions", {}).get(key))
+                           for c in self.cells.values()})
+
+        return {"format": SNAPSHOT_FORMAT, "suite": self.suite,
+                "environment": self.environment, "measured_at": each("git_commit"),
+                "platforms": each("platform"), "cells": cells}
+
+
+def cell_name(cell: dict[str, Any]) -> str:
+    """``experiment/task/condition/label/nWORKERS/sSEED`` (``-`` for an unknown part)."""
+    parts = [cell.get(k) for k in ("experiment", "task", "condition", "label")]
+    name = "/".join(str(p) if p not in (None, "") else "-" for p in parts)
+    return f"{name}/n{cell.get('workers', '-')}/s{cell.get('seed', '-')}"
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DecobenchError(f"{path}: cannot read ({exc})") from None
+
+
+def _wandb_of(run_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+    """The W&B run a run directory was logged to: ``wandb.json`` (written by the tracker),
+    else the id in the name of its ``wandb/offline-run-*`` or ``wandb/run-*`` folder."""
+    from decobench.tracking import WANDB_RECORD, project_name
+
+    record = run_dir / WANDB_RECORD
+    if record.is_file():
+        found = _read(record)
+        return found if isinstance(found, dict) else None
+    folders = sorted((run_dir / "wandb").glob("*run-*")) if (run_dir / "wandb").is_dir() else []
+    folders = [f for f in folders if f.is_dir() and f.name != "latest-run"]
+    if not folders:
+        return None
+    offline = folders[-1].name.startswith("offline-")
+    return {"id": folders[-1].name.rsplit("-", 1)[-1], "project": project_name(config.get("suite")),
+            "url": None, "mode": "offline" if offline else "online"}
+
+
+def _cell_of(run_dir: Path, entry: dict[str, Any]) -> Cell:
+    summary = _read(run_dir / SUMMARY)
+    if not isinstance(summary, dict):
+        raise DecobenchError(f"{run_dir / SUMMARY}: not a JSON object")
+    config: dict[str, Any] = {}
+    if (run_dir / CONFIG).is_file():
+        try:
+            config = yaml.safe_load((run_dir / CONFIG).read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise DecobenchError(f"{run_dir / CONFIG}: cannot read ({exc})") from None
+    status = summary.get("status")
+    if status == "finished" and summary.get("reached"):
+        status = "reached"
+    values = {"time_to_target_s": summary.get("time_to_target_s"),
+              "iters_to_target": summary.get("iters_to_target"),
+              "final_metric": summary.get("final_metric"),
+              "bits_sent": summary.get("bits_sent"), "status": status}
+    name_fields = {**{k: summary.get(k) for k in ("task", "label", "condition", "workers",
+                                                 "seed")}, **entry}
+    name_fields["label"] = name_fields.get("label") or summary.get("method")
+    kept = {k: v for k, v in config.items() if k not in CONFIG_IGNORED}
+    kept["_versions"] = config.get("versions") or {}
+    return Cell(cell_name(name_fields), entry.get("identity") or config.get("identity"),
+                values, summary.get("metric_name"), summary.get("time_basis"), kept,
+                _wandb_of(run_dir, config))
+
+
+def _environment(cells: Iterable[Cell]) -> dict[str, Any] | None:
+    """The versions every cell shares (:data:`ENVIRONMENT_KEYS`), or None if they differ."""
+    seen = {json.dumps({k: c.config.get("_versions", {}).get(k) for k in ENVIRONMENT_KEYS},
+                       sort_keys=True) for c in cells}
+    return json.loads(seen.pop()) if len(seen) == 1 else None
+
+
+def load_results(path: str | Path) -> tuple[Snapshot, list[str]]:
+    """A results folder or snapshot file as a :class:`Snapshot`, and the names of its
+    manifest's cells that have no finished run (a failed or unfinished cell)."""
+    path = Path(path)
+    if path.is_file():
+        data = _read(path)
+        if not isinstance(data, dict) or data.get("format") != SNAPSHOT_FORMAT:
+            raise DecobenchError(f"{path}: not a decobench snapshot (format "
+                                 f"{SNAPSHOT_FORMAT}); give a results folder or a file "
+                                 "written by `decobench compare --save`")
+        try:
+            cells = {name: Cell(name=name, **value) for name, value in data["cells"].items()}
+        except (TypeError, AttributeError) as exc:
+            raise DecobenchError(f"{path}: a cell of this snapshot is malformed ({exc})") from None
+        return Snapshot(data.get("suite"), cells, data.get("environment"), str(path)), []
+    if not path.is_dir():
+        raise DecobenchError(f"{path}: no such results folder or snapshot file")
+    manifest_path = path / "manifest.json"
+    entries: list[tuple[Path, dict[str, Any]]] = []
+    unfinished: list[str] = []
+    suite = None
+    if manifest_path.is_file():
+        manifest = _read(manifest_path)
+        suite = manifest.get("suite")
+        for entry in manifest.get("cells", []):
+            run_dir = path / str(entry.get("run_dir", ""))
+            if (run_dir / SUMMARY).is_file():
+                entries.append((run_dir, entry))
+            else:
+                unfinished.append(cell_name(entry))
+    else:
+        for summary in sorted(path.rglob(SUMMARY)):
+            if not any(p.startswith(".") for p in summary.relative_to(path).parts[:-1]):
+                entries.append((summary.parent, {}))
+    if not entries and not unfinished:
+        raise DecobenchError(f"{path}: no finished runs (no {SUMMARY} below it)")
+    cells: dict[str, Cell] = {}
+    for run_dir, entry in entries:
+        cell = _cell_of(run_dir, entry)
+        if cell.name in cells:
+            raise DecobenchError(f"{path}: two runs are cell {cell.name} ({run_dir}); "
+                                 "compare results folders of one sweep each")
+        cells[cell.name] = cell
+        suite = suite or cell.config.get("suite")
+    return Snapshot(suite, cells, _environment(cells.values()), str(path)), unfinished
+
+
+def write_snapshot(snapshot: Snapshot, path: str | Path) -> Path:
+    """Write ``snapshot`` as sorted, indented JSON (atomically): one cell per block, so a
+    refreshed golden file's diff shows what moved."""
+    text = json.dumps(snapshot.to_json(), indent=1, sort_keys=True, default=str) + "\n"
+    write_text_atomic(path, text)
+    return Path(path)
+
+
+# --------------------------------------------------------------------------- comparing
+
+
+@dataclass(frozen=True)
+class Change:
+    """One metric of one cell: BASE's and NEW's value, the tolerance, and the verdict
+    (``same``, ``better``, ``within`` tolerance, or ``regressed``)."""
+
+    metric: str
+    base: Any
+    new: Any
+    tolerance: float | None
+    verdict: str
+    relative: float | None = None
+
+
+@dataclass(frozen=True)
+class CellComparison:
+    name: str
+    changes: tuple[Change, ...]
+    identity_changed: bool = False
+    config_diff: tuple[str, ...] = ()
+    base_wandb: dict[str, Any] | None = None
+    new_wandb: dict[str, Any] | None = None
+
+    @property
+    def regressed(self) -> bool:
+        return any(c.verdict == "regressed" for c in self.changes)
+
+    @property
+    def verdict(self) -> str:
+        if self.regressed:
+            return "regressed"
+        if any(c.verdict == "better" for c in self.changes):
+            return "better"
+        if any(c.verdict == "within" for c in self.changes):
+            return "within tolerance"
+        return "same"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    base: str
+    new: str
+    mode: str
+    """How the tolerance was chosen (module docstring), in words."""
+    metrics: tuple[str, ...]
+    cells: tuple[CellComparison, ...]
+    missing: tuple[str, ...]
+    added: tuple[str, ...]
+
+    @property
+    def regressed(self) -> list[CellComparison]:
+        return [c for c in self.cells if c.regressed]
+
+    @property
+    def failed(self) -> bool:
+        """What the exit status says: a regressed or a missing cell."""
+        return bool(self.regressed or self.missing)
+
+    def headline(self) -> str:
+        changed = sum(c.identity_changed for c in self.cells)
+        same = sum(c.verdict == "same" for c in self.cells)
+        better = sum(c.verdict == "better" for c in self.cells)
+        within = sum(c.verdict == "within tolerance" for c in self.cells)
+        verdict = "REGRESSION" if self.failed else "OK"
+        return (f"{verdict}: {len(self.regressed)} regressed, {len(self.missing)} missing, "
+                f"{len(self.added)} new, {changed} with a changed configuration; "
+                f"{same} same, {better} better, {within} within tolerance "
+                f"({len(self.cells)} cells compared; tolerance: {self.mode})")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"base": self.base, "new": self.new, "tolerance": self.mode,
+                "metrics": list(self.metrics), "regressed": self.failed,
+                "headline": self.headline(),
+                "missing": list(self.missing), "new_cells": list(self.added),
+                "cells": [{"name": c.name, "verdict": c.verdict,
+                           "identity_changed": c.identity_changed,
+                           "config_diff": list(c.config_diff),
+                           "base_wandb": c.base_wandb, "new_wandb": c.new_wandb,
+                           "metrics": [asdict(ch) for ch in c.changes]} for c in self.cells]}
+
+
+def _lower_is_better(metric: str, cell: Cell) -> bool:
+    if metric == "final_metric":
+        return (cell.metric_name or "") in LOWER_IS_BETTER
+    return True
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def seed_spread(cells: Iterable[Cell], metric: str) -> dict[str, float]:
+    """Per cell group: the relative range (max − min) / |median| of ``metric`` over its
+    seeds (groups with fewer than two values, or a zero median, are left out)."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for cell in cells:
+        number = _number(cell.values.get(metric))
+        if number is not None:
+            values[cell.group].append(number)
+    spread = {}
+    for group, numbers in values.items():
+        middle = abs(statistics.median(numbers))
+        if len(numbers) > 1 and middle > 0:
+            spread[group] = (max(numbers) - min(numbers)) / middle
+    return spread
+
+
+def _compare_metric(metric: str, base: Cell, new: Cell, tolerance: float) -> Change:
+    b, n = base.values.get(metric), new.values.get(metric)
+    if metric == "status":
+        rb, rn = STATUS_RANK.get(str(b), 4), STATUS_RANK.get(str(n), 4)
+        verdict = "same" if rb == rn else ("better" if rn < rb else "regressed")
+        return Change(metric, b, n, None, verdict)
+    bn, nn = _number(b), _number(n)
+    if bn is None or nn is None:
+        if bn is None and nn is None:
+            return Change(metric, b, n, tolerance, "same")
+        # a value on one side only: for time and iterations to target, a target met or lost
+        lost = nn is None
+        if metric in ("time_to_target_s", "iters_to_target"):
+            return Change(metric, b, n, tolerance, "regressed" if lost else "better")
+        return Change(metric, b, n, tolerance, "regressed" if lost else "same")
+    if bn == nn:
+        return Change(metric, b, n, tolerance, "same", 0.0)
+    worse = (nn - bn) if _lower_is_better(metric, base) else (bn - nn)
+    relative = (nn - bn) / abs(bn) if bn else math.inf
+    if worse < 0:
+        return Change(metric, b, n, tolerance, "better", relative)
+    within = bn != 0 and worse / abs(bn) <= tolerance
+    return Change(metric, b, n, tolerance, "within" if within else "regressed", relative)
+
+
+def _config_diff(base: Cell, new: Cell) -> tuple[str, ...]:
+    keys = sorted((set(base.config) | set(new.config)) - {"_versions", "identity"})
+    return tuple(f"{k}: {base.config.get(k)!r} -> {new.config.get(k)!r}" for k in keys
+                 if base.config.get(k) != new.config.get(k))
+
+
+def _selected(name: str, only: Sequence[str]) -> bool:
+    """``--only``: glob patterns on the cell name (any may match)."""
+    return not only or any(fnmatch.fnmatchcase(name, pattern) for pattern in only)
+
+
+def _exact(base: Snapshot, new: Snapshot) -> tuple[bool, str]:
+    if base.environment is None or new.environment is None:
+        return False, "the runs of one side were measured on several platforms"
+    unrecorded = [k for k in ENVIRONMENT_KEYS
+                  if base.environment.get(k) is None or new.environment.get(k) is None]
+    if unrecorded:
+        return False, "the runs do not record " + ", ".join(unrecorded)
+    if base.environment != new.environment:
+        differ = [k for k in ENVIRONMENT_KEYS
+                  if base.environment.get(k) != new.environment.get(k)]
+        return False, "platform or versions differ (" + ", ".join(differ) + ")"
+    bases = {c.time_basis for c in [*base.cells.values(), *new.cells.values()]}
+    if bases != {"simulated"}:
+        return False, "not every run is on the simulated clock"
+    return True, ("exact: same platform and versions on the simulated clock (deterministic "
+                  "runs)")
+
+
+def compare(base: Snapshot, new: Snapshot, *, metrics: Sequence[str] = METRICS,
+            tolerance: float | None = None, only: Sequence[str] = (),
+            unfinished: Sequence[str] = ()) -> Comparison:
+    """Compare ``new`` with ``base`` (module docstring); ``unfinished``: NEW's cells with no
+    finished run, reported as missing."""
+    unknown = sorted(set(metrics) - set(METRICS))
+    if unknown:
+        raise DecobenchError(f"unknown metric {', '.join(unknown)}; choose from "
+                             f"{', '.join(METRICS)}")
+    if tolerance is not None and (not math.isfinite(tolerance) or tolerance < 0):
+        raise DecobenchError(f"--tolerance {tolerance}: give a relative tolerance >= 0, "
+                             "e.g. 0.05 for 5%")
+    exact, why = _exact(base, new)
+    spreads = {m: seed_spread(base.cells.values(), m) for m in metrics}
+    if tolerance is not None:
+        mode = "exact (--tolerance 0)" if tolerance == 0 else f"{tolerance:.3g} (--tolerance)"
+    elif exact:
+        mode = why
+    else:
+        mode = (f"seed spread, at least {DEFAULT_TOLERANCE:.0%} ({why})")
+    names_base = {n for n in base.cells if _selected(n, only)}
+    names_new = {n for n in new.cells if _selected(n, only)}
+    rows = []
+    for name in sorted(names_base & names_new):
+        b, n = base.cells[name], new.cells[name]
+        changes = []
+        for metric in metrics:
+            if tolerance is not None:
+                tol = tolerance
+            elif exact:
+                tol = 0.0
+            else:
+                tol = max(DEFAULT_TOLERANCE, spreads[metric].get(b.group, 0.0))
+            changes.append(_compare_metric(metric, b, n, tol))
+        changed = b.identity is not None and n.identity is not None and b.identity != n.identity
+        rows.append(CellComparison(name, tuple(changes), changed,
+                                   _config_diff(b, n) if changed else (), b.wandb, n.wandb))
+    missing = sorted((names_base - names_new)
+                     | {u for u in unfinished if _selected(u, only) and u in names_base})
+    return Comparison(base.source, new.source, mode, tuple(metrics), tuple(rows),
+                      tuple(missing), tuple(sorted(names_new - names_base)))
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _wandb_link(record: dict[str, Any] | None, text: str) -> str:
+    if not record:
+        return ""
+    if record.get("url"):
+        return f"[{text}]({record['url']})"
+    return f"{text}: {record.get('mode', 'offline')} {record.get('project', '')}/{record.get('id', '?')}"
+
+
+def _change_text(change: Change) -> str:
+    if change.verdict == "same":
+        return _fmt(change.new)
+    arrow = f"{_fmt(change.base)} → {_fmt(change.new)}"
+    if change.relative is not None and math.isfinite(change.relative):
+        arrow += f" ({change.relative:+.1%})"
+    mark = {"regressed": " **REGRESSED**", "better": " (better)", "within": ""}[change.verdict]
+    return arrow + mark
+
+
+def to_markdown(comparison: Comparison) -> str:
+    """The comparison as Markdown: the headline, missing and new cells, then one row per
+    compared cell (regressed first) with each metric and the cells' W&B runs."""
+    lines = ["# decobench compare", "", f"BASE `{comparison.base}`, NEW `{comparison.new}`",
+             "", f"**{comparison.headline()}**", ""]
+    if comparison.missing:
+        lines += ["Missing in NEW (no finished run): " + ", ".join(f"`{m}`" for m in
+                                                                 comparison.missing), ""]
+    if comparison.added:
+        lines += ["New in NEW: " + ", ".join(f"`{m}`" for m in comparison.added), ""]
+    header = ["cell", "verdict", *comparison.metrics, "W&B"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    order = sorted(comparison.cells, key=lambda c: (not c.regressed, c.name))
+    for cell in order:
+        name = f"`{cell.name}`" + (" (configuration changed)" if cell.identity_changed else "")
+        links = " ".join(x for x in (_wandb_link(cell.base_wandb, "base"),
+                                     _wandb_link(cell.new_wandb, "new")) if x)
+        lines.append("| " + " | ".join([name, cell.verdict,
+                                        *(_change_text(c) for c in cell.changes), links]) + " |")
+    changed = [c for c in comparison.cells if c.identity_changed]
+    if changed:
+        lines += ["", "Changed configurations:"]
+        for cell in changed:
+            lines.append(f"- `{cell.name}`: " + ("; ".join(cell.config_diff) or
+                                                 "identity differs (fields not recorded)"))
+    return "\n".join(lines) + "\n"
+
+
+def print_table(comparison: Comparison) -> None:
+    """The comparison as a terminal table (rich), regressed cells first."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=comparison.headline(), title_justify="left", show_lines=False)
+    for column in ("cell", "verdict", *comparison.metrics):
+        table.add_column(column, overflow="fold")
+    for cell in sorted(comparison.cells, key=lambda c: (not c.regressed, c.name)):
+        style = "bold red" if cell.regressed else None
+        table.add_row(cell.name + (" *" if cell.identity_changed else ""), cell.verdict,
+                      *(_change_text(c).replace("**", "") for c in cell.changes), style=style)
+    console = Console(width=200)
+    console.print(table)
+    for name in comparison.missing:
+        console.print(f"missing in NEW: {name}", style="bold red")
+    for name in comparison.added:
+        console.print(f"new in NEW: {name}")
+    for cell in comparison.cells:
+        if cell.identity_changed:
+            console.print(f"* {cell.name}: " + "; ".join(cell.config_diff))
+
+
+def write_comparison(comparison: Comparison, out: str | Path) -> tuple[Path, Path]:
+    """``OUT/compare.md`` and ``OUT/compare.json`` (atomically)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    markdown, data = out / "compare.md", out / "compare.json"
+    write_text_atomic(markdown, to_markdown(comparison))
+    write_text_atomic(data, json.dumps(comparison.to_json(), indent=1, default=str) + "\n")
+    return markdown, data
+
+
+__all__ = ["DEFAULT_TOLERANCE", "ENVIRONMENT_KEYS", "METRICS", "SNAPSHOT_FORMAT", "Cell",
+           "CellComparison", "Change", "Comparison", "Snapshot", "cell_name", "compare",
+           "load_results", "print_table", "seed_spread", "to_markdown", "write_comparison",
+           "write_snapshot"]
