@@ -276,12 +276,14 @@ class CellComparison:
 
     @property
     def verdict(self) -> str:
+        """``regressed`` if a metric regressed; else ``within tolerance`` if one is worse
+        (but within it), even when another is better; else ``better`` or ``same``."""
         if self.regressed:
             return "regressed"
-        if any(c.verdict == "better" for c in self.changes):
-            return "better"
         if any(c.verdict == "within" for c in self.changes):
             return "within tolerance"
+        if any(c.verdict == "better" for c in self.changes):
+            return "better"
         return "same"
 
 
@@ -482,7 +484,8 @@ def _change_text(change: Change) -> str:
     arrow = f"{_fmt(change.base)} → {_fmt(change.new)}"
     if change.relative is not None and math.isfinite(change.relative):
         arrow += f" ({change.relative:+.1%})"
-    mark = {"regressed": " **REGRESSED**", "better": " (better)", "within": ""}[change.verdict]
+    mark = {"regressed": " **REGRESSED**", "better": " (better)",
+            "within": " (worse, within tolerance)"}[change.verdict]
     return arrow + mark
 
 

@@ -179,6 +179,8 @@ def test_metric_directions_and_tolerance_by_hand():
     assert result["g/a/s0"] == {"time_to_target_s": "within", "iters_to_target": "same",
                                 "final_metric": "better",       # perplexity: lower is better
                                 "bits_sent": "same", "status": "same"}
+    # slower within tolerance and a better final metric: the cell is not "better"
+    assert compare(base, new).cells[0].verdict == "within tolerance"
     assert result["g/a/s1"]["time_to_target_s"] == "regressed"
     assert result["g/a/s1"]["status"] == "regressed"
     # one tolerance for all: 10% makes +15% a regression
