@@ -54,7 +54,6 @@ from decobench.trajectory import (
     Reuse,
     Trajectory,
     decision_policy,
-    shared_learner,
 )
 
 
@@ -413,7 +412,7 @@ def _learner_factory(run: PreparedRun, data: TaskData, reuse: Reuse | None,
             raise DecobenchError(f"method {run.spec.name} does not declare its network "
                                  "decisions, so its runs cannot be re-timed")
         return RecordedLearner(recorded, policy, str(reuse.source),
-                               own_log=shared_learner(run) is not None)
+                               own_log=run.spec.learner is not None)
     return played_back
 
 

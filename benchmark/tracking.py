@@ -49,9 +49,9 @@ PROJECT_PREFIX = "decobench"
 STEP_METRIC = "sim_time_s"
 """The x-axis of every logged namespace: the run's simulated clock in seconds."""
 NAMESPACES = ("train", "eval", "comm", "net")
+"""Key prefixes of the logged metrics; each is plotted against :data:`STEP_METRIC`."""
 WANDB_RECORD = "wandb.json"
 """The file in a run directory naming the W&B run it was logged to (:class:`WandbTracker`)."""
-"""Key prefixes of the logged metrics; each is plotted against :data:`STEP_METRIC`."""
 
 ROW_KEYS: dict[str, str | None] = {
     "sim_time_s": STEP_METRIC,

@@ -237,12 +237,6 @@ def decision_policy(run: Any, d: int) -> DecisionPolicy | None:
     return factory(context, run.options)
 
 
-def shared_learner(run: Any) -> str | None:
-    """The run's :attr:`MethodSpec.learner <decobench.methods.base.MethodSpec.learner>`: its
-    trajectory is shared with the other methods of that learner (None: its own method's)."""
-    return getattr(run.spec, "learner", None)
-
-
 def not_reusable(run: Any) -> str | None:
     """Why this run's trajectory cannot be known without training it, or None."""
     config = run.config
@@ -300,7 +294,7 @@ def reuse_key(run: Any) -> tuple[str | None, str]:
     assert policy is not None
     values = run.config.model_dump(exclude=set(NETWORK_FIELDS) | set(KEY_EXCLUDED))
     values["method_options"] = run.options.model_dump()
-    learner = shared_learner(run)
+    learner = run.spec.learner
     if policy.independent:
         values["decisions"], why = "network-independent", "the method reads no network"
     elif learner is not None:
@@ -353,4 +347,4 @@ def load_trajectory(run_dir: Path, key: str) -> Trajectory | None:
 
 __all__ = ["KEY_EXCLUDED", "NETWORK_FIELDS", "TRAJECTORY", "RecordedLearner",
            "RecordingLearner", "Reuse", "Step", "Trajectory", "decision_digest", "decision_policy",
-           "load_trajectory", "not_reusable", "reuse_key", "shared_learner"]
+           "load_trajectory", "not_reusable", "reuse_key"]

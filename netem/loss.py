@@ -26,8 +26,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from decobench.netem.tc import exec_in
+from decobench.netem.tc import LinkSetting, exec_in
+
+if TYPE_CHECKING:
+    from decobench.netem.netns import Delayer
 
 OUTAGE_BPS: float = 64e3
 """Bandwidths (goodput, bit/s) below this are an outage: the link drops every packet."""
@@ -137,8 +141,8 @@ class LinkSwitch:
             raise ShapingMismatch(f"{self.name}: " + "; ".join(problems))
 
 
-def change_link(setting: object, *, shape: Callable[[object], None], delayer: object | None,
-                switch: LinkSwitch, name: str) -> None:
+def change_link(setting: LinkSetting, *, shape: Callable[[LinkSetting], None],
+                delayer: Delayer | None, switch: LinkSwitch, name: str) -> None:
     """One live change of one link (a trace row), the same for every shaper
     (:class:`decobench.netem.netns.NamespaceNetwork`, :class:`decobench.netem.player.TcShaper`):
     a usable bandwidth reshapes in place (``shape(setting)``, read back) and moves the NFQUEUE
@@ -147,12 +151,12 @@ def change_link(setting: object, *, shape: Callable[[object], None], delayer: ob
     that has exited is an error naming the link: its queue drops every packet."""
     from decobench.errors import DecobenchError
 
-    down = is_outage(setting.rate_bps)  # type: ignore[attr-defined]
+    down = is_outage(setting.rate_bps)
     if not down:
         shape(setting)
         if delayer is not None:
-            if not delayer.alive():  # type: ignore[attr-defined]
+            if not delayer.alive():
                 raise DecobenchError(f"the NFQUEUE delayer of the {name} has exited: that "
                                      "link drops every packet")
-            delayer.set_delay(setting.latency_s)  # type: ignore[attr-defined]
+            delayer.set_delay(setting.latency_s)
     switch.set(down)

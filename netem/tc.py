@@ -377,6 +377,10 @@ def _rate_off(got: float, want: float) -> bool:
     return abs(got - want) > READBACK_RATE_TOLERANCE * want + READBACK_RATE_SLACK_BPS
 
 
+def _delay_off(got: float, want: float) -> bool:
+    return abs(got - want) > max(1e-4, 0.01 * want)
+
+
 def check_docker_tc_readback(qdisc_text: str, setting: LinkSetting, mechanism: str,
                              framing_factor: float = TCP_FRAMING_FACTOR) -> list[str]:
     """What is wrong with a container's shaping as docker-tc's ``GET /<container>`` reports
@@ -397,7 +401,7 @@ def check_docker_tc_readback(qdisc_text: str, setting: LinkSetting, mechanism: s
             problems.append(f"no netem qdisc with a delay (qdiscs: {kinds}): the link is not "
                             "delayed (docker-tc answers success when the kernel has no "
                             "sch_netem)")
-        elif abs(delay - setting.latency_s) > max(1e-4, 0.01 * setting.latency_s):
+        elif _delay_off(delay, setting.latency_s):
             problems.append(f"netem delays {delay * 1e3:.3f} ms, set "
                             f"{setting.latency_s * 1e3:.3f} ms")
     tbf = [q for q in qdiscs.values() if q["kind"] == "tbf"]
@@ -447,7 +451,7 @@ def check_readback(
             delay = entry.get("delay_s")
             if entry["kind"] != "netem" or not isinstance(delay, float):
                 problems.append(f"leaf {leaf} is {entry['kind']}, not netem with a delay")
-            elif abs(delay - setting.latency_s) > max(1e-4, 0.01 * setting.latency_s):
+            elif _delay_off(delay, setting.latency_s):
                 problems.append(f"leaf {leaf} delays {delay * 1e3:.3f} ms, set "
                                 f"{setting.latency_s * 1e3:.3f} ms")
         elif entry["kind"] not in ("pfifo", "bfifo"):

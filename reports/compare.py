@@ -44,6 +44,7 @@ import yaml
 
 from decobench.atomicio import write_text_atomic
 from decobench.errors import DecobenchError
+from decobench.reports.runs import MANIFEST, read_json, summary_dirs
 from decobench.rundir import CONFIG, SUMMARY
 
 SNAPSHOT_FORMAT = "decobench-snapshot/1"
@@ -131,13 +132,6 @@ def cell_name(cell: dict[str, Any]) -> str:
     return f"{name}/n{cell.get('workers', '-')}/s{cell.get('seed', '-')}"
 
 
-def _read(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DecobenchError(f"{path}: cannot read ({exc})") from None
-
-
 def _wandb_of(run_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None:
     """The W&B run a run directory was logged to: ``wandb.json`` (written by the tracker),
     else the id in the name of its ``wandb/offline-run-*`` or ``wandb/run-*`` folder."""
@@ -145,7 +139,7 @@ def _wandb_of(run_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None:
 
     record = run_dir / WANDB_RECORD
     if record.is_file():
-        found = _read(record)
+        found = read_json(record)
         return found if isinstance(found, dict) else None
     folders = sorted((run_dir / "wandb").glob("*run-*")) if (run_dir / "wandb").is_dir() else []
     folders = [f for f in folders if f.is_dir() and f.name != "latest-run"]
@@ -157,7 +151,7 @@ def _wandb_of(run_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _cell_of(run_dir: Path, entry: dict[str, Any]) -> Cell:
-    summary = _read(run_dir / SUMMARY)
+    summary = read_json(run_dir / SUMMARY)
     if not isinstance(summary, dict):
         raise DecobenchError(f"{run_dir / SUMMARY}: not a JSON object")
     config: dict[str, Any] = {}
@@ -195,7 +189,7 @@ def load_results(path: str | Path) -> tuple[Snapshot, list[str]]:
     manifest's cells that have no finished run (a failed or unfinished cell)."""
     path = Path(path)
     if path.is_file():
-        data = _read(path)
+        data = read_json(path)
         if not isinstance(data, dict) or data.get("format") != SNAPSHOT_FORMAT:
             raise DecobenchError(f"{path}: not a decobench snapshot (format "
                                  f"{SNAPSHOT_FORMAT}); give a results folder or a file "
@@ -207,12 +201,12 @@ def load_results(path: str | Path) -> tuple[Snapshot, list[str]]:
         return Snapshot(data.get("suite"), cells, data.get("environment"), str(path)), []
     if not path.is_dir():
         raise DecobenchError(f"{path}: no such results folder or snapshot file")
-    manifest_path = path / "manifest.json"
+    manifest_path = path / MANIFEST
     entries: list[tuple[Path, dict[str, Any]]] = []
     unfinished: list[str] = []
     suite = None
     if manifest_path.is_file():
-        manifest = _read(manifest_path)
+        manifest = read_json(manifest_path)
         suite = manifest.get("suite")
         for entry in manifest.get("cells", []):
             run_dir = path / str(entry.get("run_dir", ""))
@@ -221,9 +215,7 @@ def load_results(path: str | Path) -> tuple[Snapshot, list[str]]:
             else:
                 unfinished.append(cell_name(entry))
     else:
-        for summary in sorted(path.rglob(SUMMARY)):
-            if not any(p.startswith(".") for p in summary.relative_to(path).parts[:-1]):
-                entries.append((summary.parent, {}))
+        entries = [(run_dir, {}) for run_dir in summary_dirs(path)]
     if not entries and not unfinished:
         raise DecobenchError(f"{path}: no finished runs (no {SUMMARY} below it)")
     cells: dict[str, Cell] = {}

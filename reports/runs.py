@@ -159,7 +159,8 @@ class Run:
         return sorted(points)
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """A JSON file's content; an unreadable file is a one-line DecobenchError naming it."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -188,7 +189,7 @@ them is not a run the report can show."""
 
 def load_run(path: Path, root: Path) -> Run:
     """The run in ``path`` (which holds a ``summary.json``); ``rel`` is relative to root."""
-    summary = _read_json(path / SUMMARY)
+    summary = read_json(path / SUMMARY)
     if not isinstance(summary, dict):
         raise DecobenchError(f"{path / SUMMARY}: not a JSON object")
     missing = [key for key in REQUIRED_SUMMARY if key not in summary]
@@ -231,7 +232,9 @@ def sort_key(run: Run) -> tuple:
     return (run.task, run.condition, run.workers, run.label, run.seed, run.rel)
 
 
-def _summary_dirs(root: Path) -> Iterator[Path]:
+def summary_dirs(root: Path) -> Iterator[Path]:
+    """Every run directory below ``root`` (a folder holding ``summary.json``), sorted, leaving
+    out folders whose name starts with ``.`` (a sweep's staging folders)."""
     for path in sorted(root.rglob(SUMMARY)):
         parts = path.relative_to(root).parts[:-1]
         if not any(part.startswith(".") for part in parts):
@@ -275,12 +278,12 @@ def load_runs(results_dir: str | Path) -> RunSet:
         raise DecobenchError(f"{root}: no such results folder")
     manifest = None
     if (root / MANIFEST).is_file():
-        manifest = _read_json(root / MANIFEST)
+        manifest = read_json(root / MANIFEST)
         if not isinstance(manifest, dict):
             raise DecobenchError(f"{root / MANIFEST}: not a JSON object")
         roles = _manifest_runs(root, manifest)
     else:
-        roles = dict.fromkeys(_summary_dirs(root))
+        roles = dict.fromkeys(summary_dirs(root))
     if not roles:
         raise DecobenchError(f"{root}: no finished runs (no {SUMMARY} below it)")
     runs = sorted((replace(load_run(d, root), manifest_role=role) for d, role in roles.items()),
