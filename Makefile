@@ -44,10 +44,12 @@ venv: $(STAMP)
 # Debian packages some tests need, installed when missing in a root shell with apt-get (as
 # in CI); elsewhere those tests are skipped with a message saying so: iptables gives the
 # emulated links packet-level latency (NFQUEUE), loss and outages; docker-compose validates
-# docker/compose.yaml; slurmctld, slurmd, slurm-client, munge, slurmdbd and mariadb-server
+# docker/compose.yaml, and with docker.io, containerd, runc and debootstrap runs the compose
+# stack live on a private engine (tests/test_docker_live.py); slurmctld, slurmd, slurm-client, munge, slurmdbd and mariadb-server
 # run a real single-node Slurm for `decobench sweep --executor slurm` (tests/test_executors.py,
 # make test-slow).
-TOOL_PACKAGES := iptables:iptables docker-compose:docker-compose slurmctld:slurmctld slurmd:slurmd \
+TOOL_PACKAGES := iptables:iptables docker-compose:docker-compose dockerd:docker.io containerd:containerd \
+                 runc:runc debootstrap:debootstrap slurmctld:slurmctld slurmd:slurmd \
                  sbatch:slurm-client munged:munge slurmdbd:slurmdbd mariadbd:mariadb-server
 tools:
 	@missing=""; for pair in $(TOOL_PACKAGES); do \

@@ -574,7 +574,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="seconds of trace time to play, then exit (default: until the "
-        "last change of a non-looping trace, or until stopped)",
+        "last change of a non-looping trace, or until stopped; with the nfqueue "
+        "mechanism the latency is added by this process, so it then keeps running, "
+        "holding the last row, until stopped)",
     )
     parser.add_argument(
         "--no-setup",
@@ -639,8 +641,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             on_change=lambda r: print(r.describe(), flush=True),
         )
         stop = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
+        previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                    for sig in (signal.SIGTERM, signal.SIGINT)}
         if args.start_file:
             print(f"waiting for the start time in {args.start_file}", flush=True)
             player.wait_for_start_file(args.start_file, timeout_s=args.start_timeout)
@@ -649,8 +651,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         while player.running and not stop.wait(0.2):
             pass
         records = player.stop()
-        if isinstance(shaper, TcShaper) and shaper.delayer is not None:
-            print(f"nfqueue delayer: {shaper.close()}", flush=True)
+        holds_delay = isinstance(shaper, TcShaper) and shaper.delayer is not None
+        if holds_delay and args.duration is None and not stop.is_set():
+            # The latency is this process's NFQUEUE delayer: exiting would leave the queue
+            # without a reader and the link dropping every received packet.
+            print("trace played; holding the nfqueue delay until stopped "
+                  "(SIGTERM or Ctrl-C)", flush=True)
+            stop.wait()
+        if holds_delay:
+            print(f"nfqueue delayer: {shaper.close()}", flush=True)  # type: ignore[union-attr]
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     except DecobenchError as exc:
         print(f"decobench.netem.player: error: {exc}", file=sys.stderr)
         return 2

@@ -33,3 +33,36 @@ def root():
         pytest.skip("needs root (CAP_NET_ADMIN) to create network namespaces")
     if shutil.which("ip") is None or shutil.which("tc") is None:
         pytest.skip("needs the ip and tc commands (iproute2)")
+
+
+# ------------------------------------------------------------------- live Docker (prefetch)
+_DOCKER_LIVE = "test_docker_live.py"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the live Docker tests last, so the image's debootstrap (started below, about
+    70 s of mostly download) overlaps the rest of the suite instead of adding to it."""
+    live = [item for item in items if item.path.name == _DOCKER_LIVE]
+    if live:
+        items[:] = [item for item in items if item.path.name != _DOCKER_LIVE] + live
+
+
+def pytest_collection_finish(session):
+    if not any(item.path.name == _DOCKER_LIVE for item in session.items):
+        return
+    from dockerlive import ROOTFS_PREFETCH, RootfsPrefetch, unavailable
+
+    if unavailable() is None:
+        import tempfile
+
+        work = Path(tempfile.mkdtemp(prefix="decobench-docker-live-"))
+        session.config.stash[ROOTFS_PREFETCH] = RootfsPrefetch(work / "rootfs")
+
+
+def pytest_sessionfinish(session):
+    from dockerlive import ROOTFS_PREFETCH
+
+    prefetch = session.config.stash.get(ROOTFS_PREFETCH, None)
+    if prefetch is not None:
+        prefetch.result()  # do not delete under a running debootstrap
+        shutil.rmtree(prefetch.rootfs.parent, ignore_errors=True)

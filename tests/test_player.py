@@ -369,6 +369,58 @@ def test_tc_shaper_setup_then_change_only():
         TcShaper("eth0", "auto", runner)
 
 
+def test_nfqueue_player_holds_its_delay_until_stopped(monkeypatch, capsys):
+    """Under nfqueue the latency is the player's own delayer: after a constant trace's only
+    change it must keep running (an exited player leaves the NFQUEUE rule without a reader,
+    and the link drops every packet), then stop the delayer when told to (SIGTERM)."""
+    import signal
+
+    from decobench.netem import player as player_mod
+
+    delayers = []
+
+    def factory(prefix, delay_s, dev):
+        delayers.append(_HoldingDelayer(delay_s))
+        return delayers[-1]
+
+    def fake_shaper(args, first):
+        shaper = TcShaper("eth0", "nfqueue", FakeRunner(), delayer_factory=factory)
+        shaper.setup(first)
+        return shaper
+
+    monkeypatch.setattr(player_mod, "_tc_shaper", fake_shaper)
+    before = signal.getsignal(signal.SIGTERM)
+    timer = threading.Timer(0.8, os.kill, (os.getpid(), signal.SIGTERM))
+    started = time.monotonic()
+    timer.start()
+    try:
+        code = player_mod.main(["--trace", "constant-20mbps-100ms", "--via", "tc"])
+    finally:
+        timer.cancel()
+    assert code == 0
+    assert time.monotonic() - started >= 0.75     # it held the delay until the SIGTERM
+    out = capsys.readouterr().out
+    assert "holding the nfqueue delay until stopped" in out
+    assert [d.running for d in delayers] == [False]   # stopped on the way out
+    assert signal.getsignal(signal.SIGTERM) is before  # its handler is gone again
+
+
+class _HoldingDelayer:
+    def __init__(self, delay_s):
+        self.delays, self.running = [delay_s], True
+
+    def set_delay(self, delay_s):
+        self.delays.append(delay_s)
+        return delay_s
+
+    def alive(self):
+        return self.running
+
+    def stop(self):
+        self.running = False
+        return {"packets": 0}
+
+
 # ----------------------------------------------------------------------------------- CLI
 def test_cli_help():
     proc = subprocess.run(

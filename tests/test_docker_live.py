@@ -1,0 +1,143 @@
+"""Live Docker: the compose stack users run, on a private engine (tests/dockerlive.py).
+
+One module fixture starts ``dockerd`` in its own network namespace, builds the offline test
+image, renders the compose file for 2 workers with the project's trace player as the
+shaper (a NET_ADMIN tc sidecar per worker), brings it up, waits for the workers, copies the
+run directory out of the results volume as docs/docker.md says, tears everything down and
+stops the engine. The tests then check what it saw. Skipped with the reason where no engine
+can run (not root, tools missing). Phase times and disk are printed (``pytest -s``) and kept
+in the README.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from dockerlive import (
+    ROOTFS_PREFETCH,
+    PrivateEngine,
+    RootfsPrefetch,
+    disk_usage_bytes,
+    import_image,
+    unavailable,
+    venv_mounts,
+)
+
+from decobench.netem.compose import render_compose
+
+WORKERS = 2
+TRACE = "constant-20mbps-100ms"
+SERVICES = ["data", *(f"worker-{i}" for i in range(WORKERS)),
+            *(f"shaper-{i}" for i in range(WORKERS))]
+
+
+@pytest.fixture(scope="module")
+def stack(request, tmp_path_factory, fmnist_root):
+    reason = unavailable()
+    if reason:
+        pytest.skip(f"live Docker: {reason}")
+    work = tmp_path_factory.mktemp("docker-live")
+    tag = f"dcblive{os.getpid() % 100000}"
+    engine = PrivateEngine(work / "engine", netns=tag)
+    seen: dict = {"times": {}}
+    t0 = time.monotonic()
+
+    def phase(name: str) -> None:
+        seen["times"][name] = round(time.monotonic() - t0 - sum(seen["times"].values()), 1)
+
+    try:
+        engine.start()
+        phase("engine")
+        prefetch = request.config.stash.get(ROOTFS_PREFETCH, None)
+        if prefetch is None:  # the session did not start it (e.g. run by node id)
+            prefetch = RootfsPrefetch(work / "rootfs")
+        import_image(engine, prefetch.result(), "local/decobench-live:bookworm")
+        phase("image")
+        config = work / "config"
+        config.mkdir()
+        shutil.copytree(fmnist_root, config / "fashion-mnist-mini")
+        (config / "run.yaml").write_text(yaml.safe_dump({
+            "task": "cnn-fmnist", "method": "deco-sgd", "workers": WORKERS, "trace": TRACE,
+            "profile": "paper", "target": 0.99, "max_iters": 10, "eval_every": 5, "seed": 0,
+            "data_root": "/config/fashion-mnist-mini"}))
+        compose_dir = work / "compose"
+        compose_dir.mkdir()
+        (compose_dir / "compose.yaml").write_text(render_compose(
+            WORKERS, trace=TRACE, shaper="tc", prefix=tag, config_dir=str(config)))
+        override = {"services": {name: {"image": "local/decobench-live:bookworm",
+                                        "volumes": venv_mounts()} for name in SERVICES}}
+        (compose_dir / "override.yaml").write_text(yaml.safe_dump(override))
+        env = {"DECOBENCH_THREADS": "1"}
+        engine.compose(compose_dir, "up", "-d", env=env)
+        waited = engine.docker("wait", *(f"{tag}-worker-{i}" for i in range(WORKERS)),
+                               timeout=300)
+        seen["worker_exit_codes"] = [int(x) for x in waited.stdout.split()]
+        phase("run")
+        run_dir = work / "run"
+        engine.docker("cp", f"{tag}-worker-0:/results/run", str(run_dir))
+        engine.compose(compose_dir, "stop", env=env)
+        seen["exit_codes"] = {
+            name: int(engine.docker("inspect", "-f", "{{.State.ExitCode}}",
+                                    f"{tag}-{name}").stdout)
+            for name in SERVICES}
+        seen["logs"] = {name: engine.docker("logs", f"{tag}-{name}").stdout.decode()
+                        + engine.docker("logs", f"{tag}-{name}").stderr.decode()
+                        for name in SERVICES}
+        seen["run_dir"] = run_dir
+        seen["disk_bytes"] = disk_usage_bytes(engine.root)
+        engine.compose(compose_dir, "down", "-v", env=env)
+        seen["containers_left"] = engine.docker("ps", "-aq").stdout.decode().split()
+        seen["volumes_left"] = engine.docker("volume", "ls", "-q").stdout.decode().split()
+        seen["networks_left"] = [n for n in engine.docker(
+            "network", "ls", "--format", "{{.Name}}").stdout.decode().split()
+            if n not in ("bridge", "host", "none")]
+        phase("teardown")
+    finally:
+        engine.stop()
+    seen["engine_left"] = engine.leftovers()
+    print(f"\nlive Docker stack: {json.dumps(seen['times'])} s, engine data "
+          f"{seen.get('disk_bytes', 0) / 2**20:.0f} MiB")
+    return seen
+
+
+def test_the_workers_finish_and_the_run_directory_is_complete(stack):
+    assert stack["worker_exit_codes"] == [0] * WORKERS, stack["logs"]["worker-0"][-3000:]
+    run_dir: Path = stack["run_dir"]
+    names = {p.name for p in run_dir.iterdir()}
+    assert {"config.yaml", "metrics.jsonl", "summary.json"} <= names
+    assert "failure.json" not in names and not any(n.endswith(".partial") for n in names)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["backend"] == "emulated" and summary["workers"] == WORKERS
+    assert summary["iterations"] == 10 and summary["status"] == "budget_exhausted"
+    assert summary["condition"] == TRACE and summary["latency_mechanism"] == "kernel"
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows and rows[-1]["iteration"] == 10
+
+
+def test_the_trace_player_shapes_each_link_and_logs_its_changes(stack):
+    for i in range(WORKERS):
+        log = stack["logs"][f"shaper-{i}"]
+        assert stack["exit_codes"][f"shaper-{i}"] == 0, log[-3000:]
+        assert "error" not in log.lower(), log[-3000:]
+        assert "tc qdisc add dev eth0 root handle 1: htb" in log
+        # netem where the kernel has it, else the packet-level NFQUEUE delayer: never none
+        assert ("netem delay 100000us" in log) or ("-j NFQUEUE" in log), log[-3000:]
+        assert "(planned 0.000s" in log and "20 Mbit/s, 100 ms" in log
+        assert "played 1 change(s)" in log
+
+
+def test_the_data_service_checked_the_mounted_data(stack):
+    assert stack["exit_codes"]["data"] == 0, stack["logs"]["data"][-2000:]
+
+
+def test_teardown_leaves_nothing(stack):
+    assert stack["containers_left"] == []
+    assert stack["volumes_left"] == []
+    assert stack["networks_left"] == []
+    assert stack["engine_left"] == []
