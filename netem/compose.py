@@ -61,7 +61,8 @@ DEFAULT_DOCKER_TC_PORT = 4080
 DEFAULT_DOCKER_TC_IMAGE = "lukaszlach/docker-tc"
 CPU_IMAGE = "decobench:cpu"
 CUDA_IMAGE = "decobench:cuda"
-SHAPERS: tuple[str, ...] = ("docker-tc", "tc")
+SHAPERS: tuple[str, ...] = ("tc", "docker-tc")
+DEFAULT_SHAPER = "tc"
 
 CONFIG_MOUNT = "/config"
 RESULTS_MOUNT = "/results"
@@ -118,8 +119,13 @@ def _docker_tc_settings(trace: str) -> dict[str, str]:
             "burst": str(burst_bytes(top)), "tbf_latency": f"{queue_ms}ms"}
 
 
+def ready_file(i: int) -> str:
+    """Where shaper-i's trace player says worker i's link is shaped (``--ready-file``)."""
+    return f"{RESULTS_MOUNT}/{_env('RUN_NAME', 'run')}.shaped-{i}"
+
+
 def _worker_command(i: int, workers: int, *, master_port: int, trace: str, run_config: str,
-                    trace_loop: bool) -> list[str]:
+                    trace_loop: bool, sidecar: bool) -> list[str]:
     run = _env("RUN_NAME", "run")
     command = [
         "torchrun", "--nnodes", str(workers), "--node-rank", str(i), "--nproc-per-node", "1",
@@ -134,6 +140,8 @@ def _worker_command(i: int, workers: int, *, master_port: int, trace: str, run_c
     ]  # fmt: skip
     if trace_loop:
         command.append("--trace-loop")
+    if sidecar:  # wait until the sidecar has shaped this link, then probe the ring
+        command += ["--shaper-ready", ready_file(i), "--probe"]
     return command
 
 
@@ -143,7 +151,7 @@ def render_compose(
     image: str | None = None,
     trace: str = DEFAULT_TRACE,
     loop: bool = False,
-    shaper: Literal["docker-tc", "tc"] = "docker-tc",
+    shaper: Literal["tc", "docker-tc"] = DEFAULT_SHAPER,
     gpus: int = 0,
     prefix: str = DEFAULT_PREFIX,
     master_port: int = DEFAULT_MASTER_PORT,
@@ -218,7 +226,7 @@ def render_compose(
             "hostname": f"worker-{i}",
             "command": _worker_command(i, workers, master_port=master_port,
                                        trace=trace_in_container, run_config=run_config,
-                                       trace_loop=loop),
+                                       trace_loop=loop, sidecar=not docker_tc),
             "environment": {
                 "DECOBENCH_THREADS": _env("DECOBENCH_THREADS", 0),
                 "GLOO_SOCKET_IFNAME": "eth0",
@@ -278,7 +286,8 @@ def render_compose(
                 "container_name": f"{name}-shaper-{i}",
                 "network_mode": f"service:worker-{i}",
                 "cap_add": ["NET_ADMIN"],
-                "command": player_command("--via", "tc", "--dev", "eth0"),
+                "command": player_command("--via", "tc", "--dev", "eth0",
+                                          "--ready-file", ready_file(i)),
                 "volumes": [config_volume, results_volume],
                 "init": True,
                 "restart": "no",
@@ -326,7 +335,7 @@ def _header(workers: int, *, image: str, trace: str, trace_in_container: str, lo
         flags.append(f"--trace {trace}")
     if loop:
         flags.append("--loop")
-    if shaper != "docker-tc":
+    if shaper != DEFAULT_SHAPER:
         flags.append(f"--shaper {shaper}")
     if gpus:
         flags.append(f"--gpus {gpus}")
@@ -355,10 +364,27 @@ def _header(workers: int, *, image: str, trace: str, trace_in_container: str, lo
 """
         if shaper == "docker-tc" else
         """#   shaper-i   python -m decobench.netem.player --via tc --dev eth0 in worker-i's network namespace
-#              (network_mode: service:worker-i) with NET_ADMIN: tc inside the container
-#              shapes the worker's egress; it waits for /results/$RUN_NAME.start.
+#              (network_mode: service:worker-i) with NET_ADMIN: htb (rate) on the worker's
+#              egress, the latency by netem or, on kernels without it, an NFQUEUE delayer
+#              on its received packets; each setting is read back from tc. Once the link is
+#              shaped it writes /results/$RUN_NAME.shaped-i (the mechanism in use), then
+#              waits for /results/$RUN_NAME.start and plays the trace; under NFQUEUE it
+#              keeps running (holding the delay) until stopped.
+#   (workers)  wait for their shaper's file (--shaper-ready), refuse a mechanism that
+#              disagrees with --latency-mechanism kernel, and --probe every ring link
+#              (goodput and round trip within 10% of the trace's first row, else the run
+#              fails naming the link; network_probe.json in the run directory).
 """
     )
+    docker_tc = shaper == "docker-tc"
+    labels_note = (" Regenerate with --trace to\n#                     move the first-row labels "
+                   "too, or set TC_RATE / TC_DELAY." if docker_tc else "")
+    docker_tc_vars = (
+        f"""#   DOCKER_TC_IMAGE, DOCKER_TC_PORT ({docker_tc_port}), DOCKER_TC_BURST ({tc['burst']} bytes),
+#   DOCKER_TC_TBF_LATENCY ({tc['tbf_latency']}), DOCKER_TC_API_VERSION (docker-tc's Docker CLI API
+#                     version, e.g. 1.44 for Docker Engine >= 29), TC_RATE, TC_DELAY
+""" if docker_tc else "")
+    by_name = "docker-tc and the player" if docker_tc else "docker wait and docker cp above"
     gpu_note = (f"#   GPUs: worker i reserves GPU (i mod {gpus}) through "
                 "deploy.resources.reservations.devices.\n" if gpus else "")
     return f"""\
@@ -383,8 +409,7 @@ def _header(workers: int, *, image: str, trace: str, trace_in_container: str, lo
 # Variables (environment or a .env file next to this file; default after ":-"):
 #   DECOBENCH_IMAGE   worker image ({image}; docker/Dockerfile builds decobench:cpu/cuda)
 #   TRACE             bundled trace name or /config/FILE.csv ({trace_in_container}); the workers
-#                     get --trace $TRACE, which overrides run.yaml. Regenerate with --trace to
-#                     move the first-row labels too, or set TC_RATE / TC_DELAY.
+#                     get --trace $TRACE, which overrides run.yaml.{labels_note}
 #   RUN_CONFIG        run config file in CONFIG_DIR ({run_config})
 #   CONFIG_DIR        host folder mounted read-only at /config ({config_dir}: this file's folder)
 #   RUN_NAME          run directory /results/$RUN_NAME (run)
@@ -393,11 +418,8 @@ def _header(workers: int, *, image: str, trace: str, trace_in_container: str, lo
 #   DATA              volume name or host path for the download cache /root/.cache (data)
 #   DECOBENCH_PREFIX  container, network and volume name prefix ({prefix})
 #   DECOBENCH_THREADS torch threads per worker (0: the backend's default, all cores)
-#   DOCKER_TC_IMAGE, DOCKER_TC_PORT ({docker_tc_port}), DOCKER_TC_BURST ({tc['burst']} bytes),
-#   DOCKER_TC_TBF_LATENCY ({tc['tbf_latency']}), DOCKER_TC_API_VERSION (docker-tc's Docker CLI API
-#                     version, e.g. 1.44 for Docker Engine >= 29), TC_RATE, TC_DELAY
-#
-# Container names are fixed ($DECOBENCH_PREFIX-worker-i): docker-tc and the player address
+{docker_tc_vars}#
+# Container names are fixed ($DECOBENCH_PREFIX-worker-i): {by_name} address
 # containers by name, and Compose's generated names differ between v1 and v2.
 """
 
@@ -406,7 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m decobench.netem.compose",
         description="Write a Docker Compose file for an emulated decobench run with N worker "
-        "containers: a one-shot data download, docker-tc (or a tc sidecar per worker) shaping "
+        "containers: a one-shot data download, a trace-player sidecar per worker (or docker-tc) "
+        "shaping "
         "each worker's link from a bandwidth/latency trace, N torchrun workers running "
         "python -m decobench.emulated, and the trace player. Every choice below is also a "
         "Compose variable in the file, so it can be changed later without editing.",
@@ -415,7 +438,8 @@ def build_parser() -> argparse.ArgumentParser:
         "  python -m decobench.netem.compose --workers 4 --trace wan-200ms-lowbw-varying --loop \\\n"
         "      --out docker/compose-wan.yaml\n"
         "  python -m decobench.netem.compose --workers 4 --gpus 4 --out docker/compose-gpu.yaml\n"
-        "  python -m decobench.netem.compose --workers 4 --shaper tc --out docker/compose-tc.yaml\n\n"
+        "  python -m decobench.netem.compose --workers 4 --shaper docker-tc \\\n"
+        "      --out docker/compose-docker-tc.yaml   # kernels with sch_netem only\n\n"
         "Write the file next to docker/run.yaml (the default --config-dir '.' is the compose "
         "file's folder), then: docker compose -f docker/compose-8.yaml up -d. "
         "docker/compose.yaml is this command's output for --workers 4. See docs/docker.md.",
@@ -430,10 +454,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "config folder, where the containers see it as /config/FILE")
     parser.add_argument("--loop", action="store_true",
                         help="loop the trace (player --loop, workers --trace-loop)")
-    parser.add_argument("--shaper", choices=SHAPERS, default="docker-tc",
-                        help="docker-tc: lukaszlach/docker-tc shapes each container from the "
-                        "host, driven over its HTTP API (default); tc: a NET_ADMIN sidecar per "
-                        "worker runs tc in the worker's network namespace")
+    parser.add_argument("--shaper", choices=SHAPERS, default=DEFAULT_SHAPER,
+                        help="tc (default): a NET_ADMIN sidecar per worker runs the trace "
+                        "player in the worker's network namespace (htb, and netem or an "
+                        "NFQUEUE delayer where the kernel has no netem), each setting read "
+                        "back, the links probed before training; docker-tc: "
+                        "lukaszlach/docker-tc shapes each container from the host over its "
+                        "HTTP API (needs sch_netem: upstream always adds a netem qdisc)")
     parser.add_argument("--gpus", type=int, default=0, metavar="G",
                         help="GPUs on the host; worker i reserves GPU i mod G (default 0: CPU "
                         f"only). Also switches the default image to {CUDA_IMAGE}")

@@ -16,6 +16,7 @@ and connections see a rate change, not a reset.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import pathlib
@@ -30,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from decobench.atomicio import write_text_atomic
 from decobench.errors import DecobenchError
 from decobench.netem.netns import (
     CommandError,
@@ -579,6 +581,13 @@ def build_parser() -> argparse.ArgumentParser:
         "holding the last row, until stopped)",
     )
     parser.add_argument(
+        "--ready-file",
+        default=None,
+        help="--via tc: once the link is set up and read back, write this file (JSON: the "
+        "device, the latency mechanism in use and the first row); `python -m "
+        "decobench.emulated --shaper-ready` waits for it before training",
+    )
+    parser.add_argument(
         "--no-setup",
         action="store_true",
         help="--via tc: the shaping already exists; only change it",
@@ -628,7 +637,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         first = next(iter_changes(trace))[1]
         shaper: Shaper
         if args.via == "tc":
+            if args.ready_file:  # a previous run's file must not say this link is ready
+                pathlib.Path(args.ready_file).unlink(missing_ok=True)
             shaper = _tc_shaper(args, first)
+            if args.ready_file:
+                write_text_atomic(args.ready_file, json.dumps({
+                    "dev": args.dev, "mechanism": shaper.mechanism,
+                    "rate_bps": first.rate_bps, "latency_s": first.latency_s}) + "\n")
+                print(f"link {args.dev} shaped ({shaper.mechanism}); wrote {args.ready_file}",
+                      flush=True)
+        elif args.ready_file:
+            raise DecobenchError("--ready-file needs --via tc (docker-tc shapes from outside "
+                                 "the containers and cannot say when it is done)")
         else:
             mechanism = "netem" if args.mechanism == "auto" else args.mechanism
             shaper = DockerTcShaper(

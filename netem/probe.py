@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -44,6 +44,9 @@ PROBE_PORT: int = 47031
 
 PING_BYTES: int = 64
 WARMUP_PINGS: int = 3
+LATENCY_ON_THE_PATH: tuple[str, ...] = (*PACKET_LEVEL_MECHANISMS, "kernel")
+"""Mechanisms under which a round trip takes 2 b: netem, nfqueue, and ``kernel`` (a rank's
+word for "the network adds it", e.g. a shaper it did not start, or a real path)."""
 LATENCY_SLACK_S: float = 0.002
 """Absolute slack on the kernel latency check (process scheduling, serialisation)."""
 
@@ -117,7 +120,7 @@ class ProbeReport:
                     f"{link.requested_mbps:.2f} Mbit/s ({link.rel_error:+.1%}, tolerance {tol})"
                 )
             if not link.latency_ok:
-                if self.mechanism in PACKET_LEVEL_MECHANISMS:
+                if self.mechanism in LATENCY_ON_THE_PATH:
                     want = f"requested {link.requested_latency_ms:.1f} ms (tolerance {tol})"
                 else:
                     want = (
@@ -154,6 +157,9 @@ class ProbeReport:
                 if comm
                 else "the kernel (netem) adds the requested latency"
                 if self.mechanism == "netem"
+                else "the network (a shaper the ranks did not start, or the real path) adds "
+                "the requested latency"
+                if self.mechanism == "kernel"
                 else "a user-space delayer on each receiving link (NFQUEUE) holds every "
                 "packet for the requested latency"
             ),
@@ -179,7 +185,7 @@ def evaluate_link(
     measured = float(goodput["bytes_per_s"]) * 8
     rel = (measured - setting.rate_bps) / setting.rate_bps
     kernel_latency = statistics.median(rtts_s) / 2 if rtts_s else math.inf
-    if mechanism in PACKET_LEVEL_MECHANISMS:
+    if mechanism in LATENCY_ON_THE_PATH:
         latency_ok = (
             abs(kernel_latency - setting.latency_s)
             <= tolerance * setting.latency_s + LATENCY_SLACK_S
@@ -260,7 +266,7 @@ class _Agent:
 
 def warmup_seconds(setting: LinkSetting, mechanism: str) -> float:
     """Time excluded from the goodput: 0.3 s plus 6 kernel round trips (TCP slow start)."""
-    rtt = 2 * setting.latency_s if mechanism in PACKET_LEVEL_MECHANISMS else 0.0
+    rtt = 2 * setting.latency_s if mechanism in LATENCY_ON_THE_PATH else 0.0
     return 0.3 + 6 * rtt
 
 
@@ -389,11 +395,16 @@ def goodput_slope(samples: Sequence[tuple[float, int]]) -> float:
     return sum((t - mt) * (b - mb) for t, b in samples) / var
 
 
-def serve(bind: str, port: int, warmup_s: float, max_s: float) -> dict[str, float]:
+def serve(bind: str, port: int, warmup_s: float, max_s: float,
+          ready: Callable[[], None] | None = None) -> dict[str, float]:
     """Receiver agent: echo pings, then time the bulk bytes; returns the goodput measured
-    after the warm-up (``bytes_per_s``, a least-squares slope) and the window it covers."""
+    after the warm-up (``bytes_per_s``, a least-squares slope) and the window it covers.
+    ``ready`` is called once it listens (default: print ``READY``)."""
     with socket.create_server((bind, port)) as listener:
-        print("READY", flush=True)
+        if ready is None:
+            print("READY", flush=True)
+        else:
+            ready()
         conn, _ = listener.accept()
     samples: list[tuple[float, int]] = []
     total = 0
@@ -426,8 +437,10 @@ def serve(bind: str, port: int, warmup_s: float, max_s: float) -> dict[str, floa
     }
 
 
-def send(host: str, port: int, pings: int, nbytes: int, max_s: float) -> list[float]:
-    """Sender agent: ping-pong, print the round trips, wait for ``GO`` on stdin, then send."""
+def send(host: str, port: int, pings: int, nbytes: int, max_s: float,
+         go: Callable[[list[float]], bool] | None = None) -> list[float]:
+    """Sender agent: ping-pong, then the bulk transfer once ``go(round trips)`` says so
+    (default: print the round trips and wait for ``GO`` on stdin)."""
     with socket.create_connection((host, port), timeout=30) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.sendall(f"{pings + WARMUP_PINGS:08d}".encode("ascii"))
@@ -439,8 +452,11 @@ def send(host: str, port: int, pings: int, nbytes: int, max_s: float) -> list[fl
             _recv_exact(sock, PING_BYTES)
             if k >= WARMUP_PINGS:
                 rtts.append(time.monotonic() - t)
-        print(json.dumps({"rtts_s": rtts}), flush=True)
-        if sys.stdin.readline().strip() != "GO":
+        if go is None:
+            print(json.dumps({"rtts_s": rtts}), flush=True)
+            if sys.stdin.readline().strip() != "GO":
+                return rtts
+        elif not go(rtts):
             return rtts
         sock.settimeout(max_s + 10)
         chunk = memoryview(b"\0" * CHUNK_BYTES)

@@ -53,7 +53,7 @@ def test_shipped_compose_is_render_compose_4():
 
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_n_workers_with_distinct_node_ranks_and_docker_tc_labels(n):
-    doc = yaml.safe_load(render_compose(n))
+    doc = yaml.safe_load(render_compose(n, shaper="docker-tc"))
     workers = _workers(doc)
     assert sorted(workers) == sorted(f"worker-{i}" for i in range(n))
     ranks = []
@@ -76,6 +76,7 @@ def test_n_workers_with_distinct_node_ranks_and_docker_tc_labels(n):
         assert labels["com.docker-tc.delay"] == "${TC_DELAY:-100000us}"
         assert svc["depends_on"]["data"] == {"condition": "service_completed_successfully"}
         assert "${RESULTS:-results}:/results" in svc["volumes"]
+        assert "--shaper-ready" not in cmd and "--probe" not in cmd  # docker-tc cannot say
     assert sorted(ranks) == list(range(n))
     assert doc["networks"]["wan"]["driver"] == "bridge"
 
@@ -98,7 +99,8 @@ def test_n_workers_with_distinct_node_ranks_and_docker_tc_labels(n):
 
 
 def test_labels_follow_the_trace_first_row_and_csv_traces_are_read_from_config(tmp_path):
-    doc = yaml.safe_load(render_compose(2, trace="wan-200ms-lowbw-varying", loop=True))
+    doc = yaml.safe_load(render_compose(2, trace="wan-200ms-lowbw-varying", loop=True,
+                                        shaper="docker-tc"))
     labels = doc["services"]["worker-1"]["labels"]
     assert labels["com.docker-tc.delay"] == "${TC_DELAY:-209187us}"
     cmd = doc["services"]["worker-1"]["command"]
@@ -109,7 +111,7 @@ def test_labels_follow_the_trace_first_row_and_csv_traces_are_read_from_config(t
     csv.write_text("time_s,bandwidth_mbps,latency_ms\n0,7.5,42\n10,3,80\n")
     assert container_trace(str(csv)) == "/config/my-link.csv"
     assert container_trace("constant-1gbps-10ms.csv") == "constant-1gbps-10ms"
-    doc = yaml.safe_load(render_compose(2, trace=str(csv)))
+    doc = yaml.safe_load(render_compose(2, trace=str(csv), shaper="docker-tc"))
     labels = doc["services"]["worker-0"]["labels"]
     assert labels["com.docker-tc.limit"] == _rate_label(7.5e6)
     assert labels["com.docker-tc.delay"] == "${TC_DELAY:-42000us}"
@@ -117,6 +119,7 @@ def test_labels_follow_the_trace_first_row_and_csv_traces_are_read_from_config(t
 
 
 def test_tc_shaper_gpus_and_bad_arguments():
+    assert render_compose(3, gpus=2) == render_compose(3, shaper="tc", gpus=2)  # the default
     doc = yaml.safe_load(render_compose(3, shaper="tc", gpus=2))
     assert "docker-tc" not in doc["services"] and "player" not in doc["services"]
     for i in range(3):
@@ -130,6 +133,11 @@ def test_tc_shaper_gpus_and_bad_arguments():
         assert shaper["cap_add"] == ["NET_ADMIN"]
         assert shaper["command"][shaper["command"].index("--via"):][:4] == [
             "--via", "tc", "--dev", "eth0"]
+        # the worker waits for its own shaper's ready file, then probes the ring
+        ready = "/results/${RUN_NAME:-run}.shaped-" + str(i)
+        assert _flag(shaper["command"], "--ready-file") == ready
+        assert _flag(worker["command"], "--shaper-ready") == ready
+        assert "--probe" in worker["command"]
     for bad in ({"workers": 0}, {"shaper": "iptables"}, {"gpus": -1}, {"prefix": "bad name"},
                 {"master_port": 0}):
         with pytest.raises(ValueError):
@@ -170,6 +178,7 @@ def test_run_yaml_is_a_valid_run_config_and_the_worker_command_parses():
     assert (args.config, args.out, args.start_file) == ("/config/run.yaml", "/results/run",
                                                         "/results/run.start")
     assert (args.workers, args.trace, args.latency_mechanism) == (4, "x", "kernel")
+    assert (args.shaper_ready, args.probe) == ("/results/run.shaped-3", True)
 
 
 @pytest.mark.skipif(not FMNIST_MINI.is_dir(), reason=f"no offline data slice at {FMNIST_MINI}")
@@ -218,12 +227,13 @@ def test_docker_compose_config_validates_shipped_and_generated_files(tmp_path):
     worker = shipped["services"]["worker-0"]
     assert worker["container_name"] == "decobench-worker-0"
     assert worker["image"] == "decobench:cpu"
-    assert worker["labels"]["com.docker-tc.limit"].endswith("bit")
+    assert "labels" not in worker and "--probe" in worker["command"]  # the tc sidecars
+    assert shipped["services"]["shaper-0"]["network_mode"] == "service:worker-0"
     assert shipped["volumes"]["results"]["name"] == "decobench-results"
     assert f"{DOCKER}:/config:ro" in worker["volumes"]
 
     generated = tmp_path / "compose-2.yaml"
-    generated.write_text(render_compose(2, trace="wan-100mbps-steps"))
+    generated.write_text(render_compose(2, trace="wan-100mbps-steps", shaper="docker-tc"))
     doc = _compose_config(generated, {"DECOBENCH_PREFIX": "exp7", "RUN_NAME": "r1",
                                       "RESULTS": "./out"})
     assert sorted(_workers(doc)) == ["worker-0", "worker-1"]
@@ -244,7 +254,7 @@ def test_player_command_parses_when_the_player_exists():
     player = pytest.importorskip("decobench.netem.player", reason="decobench.netem.player is not written yet")
     if not hasattr(player, "build_parser"):
         pytest.skip("decobench.netem.player has no build_parser() to check the command line with")
-    doc = yaml.safe_load(render_compose(2))
+    doc = yaml.safe_load(render_compose(2, shaper="docker-tc"))
     argv = doc["services"]["player"]["command"][3:]
     for var, value in {**DEFAULTS, "${TRACE:-constant-20mbps-100ms}": "constant-20mbps-100ms",
                        "${DOCKER_TC_PORT:-4080}": "4080",

@@ -1,8 +1,9 @@
 """Live Docker: the compose stack users run, on a private engine (tests/dockerlive.py).
 
 One module fixture starts ``dockerd`` in its own network namespace, builds the offline test
-image, renders the compose file for 2 workers with the project's trace player as the
-shaper (a NET_ADMIN tc sidecar per worker), brings it up, waits for the workers, copies the
+image, renders the compose file for 2 workers with the default shaper (the project's trace
+player as a NET_ADMIN tc sidecar per worker; the workers wait for it and probe their links),
+brings it up, waits for the workers, copies the
 run directory out of the results volume as docs/docker.md says, tears everything down and
 stops the engine. The tests then check what it saw. Skipped with the reason where no engine
 can run (not root, tools missing). Phase times and disk are printed (``pytest -s``) and kept
@@ -69,7 +70,7 @@ def stack(request, tmp_path_factory, fmnist_root):
         compose_dir = work / "compose"
         compose_dir.mkdir()
         (compose_dir / "compose.yaml").write_text(render_compose(
-            WORKERS, trace=TRACE, shaper="tc", prefix=tag, config_dir=str(config)))
+            WORKERS, trace=TRACE, prefix=tag, config_dir=str(config)))  # default shaper: tc
         override = {"services": {name: {"image": "local/decobench-live:bookworm",
                                         "volumes": venv_mounts()} for name in SERVICES}}
         (compose_dir / "override.yaml").write_text(yaml.safe_dump(override))
@@ -130,6 +131,21 @@ def test_the_trace_player_shapes_each_link_and_logs_its_changes(stack):
         assert ("netem delay 100000us" in log) or ("-j NFQUEUE" in log), log[-3000:]
         assert "(planned 0.000s" in log and "20 Mbit/s, 100 ms" in log
         assert "played 1 change(s)" in log
+        assert f"wrote /results/run.shaped-{i}" in log  # the worker waited for it
+
+
+def test_the_ranks_probed_every_link_within_10_percent_before_training(stack):
+    probe = json.loads((stack["run_dir"] / "network_probe.json").read_text())
+    assert probe["ok"] and probe["probed_by"] == "ranks" and probe["problems"] == []
+    assert probe["latency_mechanism"] in ("netem", "nfqueue")   # the shaper's, not "kernel"
+    assert [(link["src"], link["dst"]) for link in probe["links"]] == [(0, 1), (1, 0)]
+    for link in probe["links"]:
+        assert abs(link["measured_mbps"] - 20) <= 2, link
+        assert abs(link["kernel_latency_ms"] - 100) <= 12, link
+    print("\nlive Docker probe: " + "; ".join(
+        f"{link['src']}->{link['dst']} {link['measured_mbps']:.2f} Mbit/s "
+        f"({link['rel_error']:+.1%}), one-way {link['kernel_latency_ms']:.1f} ms"
+        for link in probe["links"]))
 
 
 def test_the_data_service_checked_the_mounted_data(stack):

@@ -1,6 +1,7 @@
 """decobench.netem.player: schedules, the trace player thread, the shapers and the CLI."""
 
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -403,6 +404,32 @@ def test_nfqueue_player_holds_its_delay_until_stopped(monkeypatch, capsys):
     assert "holding the nfqueue delay until stopped" in out
     assert [d.running for d in delayers] == [False]   # stopped on the way out
     assert signal.getsignal(signal.SIGTERM) is before  # its handler is gone again
+
+
+def test_ready_file_is_written_once_the_link_is_shaped(monkeypatch, tmp_path):
+    """--ready-file: a previous run's file is removed first, the new one names the mechanism
+    the shaper ended up with (the workers check it against their own)."""
+    from decobench.netem import player as player_mod
+
+    ready = tmp_path / "run.shaped-0"
+    ready.write_text('{"mechanism": "stale"}')
+    seen = []
+
+    def fake_shaper(args, first):
+        seen.append(ready.exists())          # gone before the link is set up
+        shaper = TcShaper("eth0", "nfqueue", FakeRunner(),
+                          delayer_factory=lambda p, d, n: _HoldingDelayer(d))
+        shaper.setup(first)
+        return shaper
+
+    monkeypatch.setattr(player_mod, "_tc_shaper", fake_shaper)
+    assert player_mod.main(["--trace", "constant-20mbps-100ms", "--via", "tc", "--duration",
+                            "0.1", "--ready-file", str(ready)]) == 0
+    assert seen == [False]
+    assert json.loads(ready.read_text()) == {"dev": "eth0", "mechanism": "nfqueue",
+                                             "rate_bps": 20e6, "latency_s": 0.1}
+    assert player_mod.main(["--trace", "constant-20mbps-100ms", "--via", "docker-tc",
+                            "--container", "w0", "--ready-file", str(ready)]) == 2
 
 
 class _HoldingDelayer:

@@ -51,6 +51,17 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
                    "time here (a trace player waits for it)")
     g.add_argument("--addresses", metavar="IP,IP,...", help="each rank's address, to name a "
                    "lost rank in errors")
+    g.add_argument("--shaper-ready", metavar="PATH", help="before the rendezvous, wait for "
+                   "this file, which the trace player writes once this rank's link is shaped "
+                   "(python -m decobench.netem.player --ready-file), and check that its "
+                   "latency mechanism agrees with --latency-mechanism")
+    g.add_argument("--shaper-ready-timeout", metavar="S", type=float, default=120.0,
+                   help="seconds to wait for --shaper-ready (default 120)")
+    g.add_argument("--probe", action="store_true", help="before training, measure every "
+                   "ring link's goodput and round trip against the trace's first row and "
+                   "fail naming any link more than 10%% off; the report goes to "
+                   "network_probe.json in the run directory (links a launcher did not "
+                   "build: Docker, your own hosts)")
     g.add_argument("--network-info", metavar="JSON", help=argparse.SUPPRESS)
     return parser
 
@@ -79,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rank = str(env.rank)
         values = run_values(args)
         for key in ("timeout_s", "attach", "start_file", "addresses",
-                    "network_info"):
+                    "network_info", "shaper_ready", "shaper_ready_timeout", "probe"):
             values.pop(key, None)
         values["backend"] = "emulated"
         if args.resume and args.overwrite:
@@ -96,7 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                else "kernel"), timeout_s=timeout, attach=args.attach,
             overwrite=args.overwrite, resume=args.resume, start_file=Path(args.start_file) if args.start_file else None,
             addresses=tuple(args.addresses.split(",")) if args.addresses else (),
-            network=json.loads(args.network_info) if args.network_info else {})
+            network=json.loads(args.network_info) if args.network_info else {},
+            probe=args.probe, shaper_ready=Path(args.shaper_ready) if args.shaper_ready else None,
+            ready_timeout_s=args.shaper_ready_timeout)
         summary = run_rank(run, env, settings, show_progress=not args.no_progress,
                            tracker_factory=wandb_tracker_factory(not args.no_wandb))
     except DecobenchError as exc:

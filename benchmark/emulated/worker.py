@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from decobench.emulated.comm import PeerLost
 from decobench.emulated.transport import DistributedTransport
 from decobench.errors import DecobenchError
 from decobench.loop import train
+from decobench.netem.probe import ProbeReport
 from decobench.netem.trace import Trace, write_trace
 from decobench.rundir import RunDirectory
 from decobench.runner import (
@@ -45,6 +47,8 @@ from decobench.topology import topology_factors
 from decobench.tracking import NullTracker, RunTracker, TrackerFactory
 from decobench.wire import dense_wire_bits
 
+PROBE_FILE = "network_probe.json"
+"""The pre-training link probe's report, in the run directory (``--probe``)."""
 FAILURE = "failure.json"
 """Written (atomically) into the run directory when an emulated run fails."""
 
@@ -86,7 +90,11 @@ class EmulationSettings:
     run directory (and put the probe in it). ``resume``: continue from the newest
     checkpoint every rank holds (:func:`agree_on_checkpoint`). ``start_file``: rank 0 writes the monotonic
     time of the common start there (the trace player waits for it). ``addresses``: each
-    rank's IP, to name a lost rank from the transport's error message.
+    rank's IP, to name a lost rank from the transport's error message. ``shaper_ready``:
+    wait (up to ``ready_timeout_s``) for the file the trace player writes once this rank's
+    link is shaped (``--ready-file``), and check that its latency mechanism agrees with
+    ``latency_mechanism``. ``probe``: measure the ring links before training
+    (:mod:`decobench.emulated.ring_probe`) and fail if one is more than 10% off.
     """
 
     latency_mechanism: str
@@ -97,6 +105,9 @@ class EmulationSettings:
     start_file: Path | None = None
     addresses: tuple[str, ...] = ()
     network: dict[str, Any] = field(default_factory=dict)
+    probe: bool = False
+    shaper_ready: Path | None = None
+    ready_timeout_s: float = 120.0
 
 
 def default_timeout_s(d: int, trace: Trace, workers: int, topology: str) -> float:
@@ -124,6 +135,11 @@ def run_rank(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings
     threads = int(os.environ.get("DECOBENCH_THREADS", "0")) or max(
         1, (os.cpu_count() or 1) // max(1, env.local_world_size))
     torch.set_num_threads(threads)
+    shaped_by = (wait_for_shaper(settings.shaper_ready, settings.latency_mechanism,
+                                 settings.ready_timeout_s)
+                 if settings.shaper_ready is not None else None)
+    if shaped_by is not None:
+        settings = replace(settings, network={**settings.network, "shaper": shaped_by})
     dist.init_process_group(backend, init_method=f"tcp://{env.master_addr}:{env.master_port}",
                             rank=env.rank, world_size=env.world_size,
                             timeout=timedelta(seconds=settings.timeout_s))
@@ -149,6 +165,7 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
     def trace_for(d: int) -> Trace:                 # begin() and the transport share it
         return run.condition.trace_for(d, run.compute_time_s)
 
+    probe = probe_links_before_training(run, env, settings) if settings.probe else None
     checkpoints = RankCheckpointer(run.out / RANK_CHECKPOINTS, env.rank,
                                    config.checkpoint_every_s, identity(config))
     state = agree_on_checkpoint(checkpoints, env, run.out, device) if settings.resume else None
@@ -179,6 +196,9 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
             "device": str(device), "torch_threads_per_rank": threads,
             "timeout_s": settings.timeout_s, "time_basis": "measured", **settings.network}
         rundir.write_config(resolved)
+        if probe is not None:
+            write_text_atomic(rundir.path / PROBE_FILE,
+                              json.dumps(probe.to_dict() | {"probed_by": "ranks"}, indent=2))
         if run.condition.kind != "trace":
             write_trace(trace, rundir.path / "trace.csv", comment=f"network of this run: "
                         f"{run.condition.label}")
@@ -227,6 +247,54 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
     tracker.finish(summary)
     rundir.write_summary(summary)
     return summary
+
+
+def wait_for_shaper(path: Path, latency_mechanism: str, timeout_s: float) -> dict[str, Any]:
+    """Wait for the trace player's ready file (``--ready-file``: written once the link is
+    shaped and read back) and check its latency mechanism against this rank's: a shaper that
+    adds no latency (``comm-layer``) under ``kernel``, or one that adds it under
+    ``comm-layer``, would give the run the wrong latency without a word."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise DecobenchError(f"waited {timeout_s:g} s for {path}, which the trace player "
+                                 "writes once this rank's link is shaped: is its shaper "
+                                 "running? (see its logs)")
+        time.sleep(0.2)
+    shaper = json.loads(path.read_text())
+    mechanism = shaper.get("mechanism")
+    if latency_mechanism == "kernel" and mechanism == "comm-layer":
+        raise DecobenchError(f"the shaper of this rank's link ({path}) shapes the rate only "
+                             "(latency mechanism comm-layer: its kernel has neither netem nor "
+                             "NFQUEUE), so the network adds no latency: run the workers with "
+                             "--latency-mechanism comm-layer to add it in the ranks")
+    if latency_mechanism == "comm-layer" and mechanism in ("netem", "nfqueue"):
+        raise DecobenchError(f"the shaper of this rank's link ({path}) already adds the "
+                             f"latency ({mechanism}) and --latency-mechanism comm-layer would "
+                             "add it again: run the workers with --latency-mechanism kernel")
+    return shaper
+
+
+def probe_links_before_training(run: PreparedRun, env: RankEnvironment,
+                                settings: EmulationSettings) -> ProbeReport:
+    """Every rank probes its ring link against the trace's first row
+    (:func:`decobench.emulated.ring_probe.probe_ring`); all raise if one is off."""
+    from decobench.emulated.ring_probe import own_address, probe_ring
+    from decobench.netem.tc import LinkSetting
+    from decobench.tasks.base import parameter_count
+
+    trace = run.condition.trace_for(parameter_count(run.task, run.profile), run.compute_time_s)
+    setting = LinkSetting(rate_bps=trace.bandwidth_at(0.0), latency_s=trace.latency_at(0.0))
+    mechanism = settings.network.get("shaper", {}).get("mechanism") or settings.latency_mechanism
+    report = probe_ring(env.rank, env.world_size, own_address(env.master_addr, env.master_port),
+                        setting, mechanism)
+    if not report.ok:
+        if env.rank == 0:
+            run.out.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(run.out / PROBE_FILE,
+                              json.dumps(report.to_dict() | {"probed_by": "ranks"}, indent=2))
+        report.check()
+    return report
 
 
 def agree_on_checkpoint(checkpoints: RankCheckpointer, env: RankEnvironment, out: Path,
