@@ -19,7 +19,8 @@ from decobench.errors import DecobenchError
 
 class EmulationConfig(BaseModel):
     """Settings of the emulated backend (``RunConfig.emulation``; the flags keep their flat
-    names: ``--latency-mechanism``, ``--emulation-timeout-s``, ``--skip-probe``)."""
+    names: ``--latency-mechanism``, ``--emulation-timeout-s``, ``--skip-probe``,
+    ``--packet-loss``, ``--collectives-in-flight``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -41,11 +42,23 @@ class EmulationConfig(BaseModel):
                                "worker receives that are dropped (iptables statistic rule, "
                                "data and ACKs alike; added after the probe), e.g. 0.01 = 1%; "
                                "the simulated clock has no loss model")
+    collectives_in_flight: int | None = Field(
+        None, ge=1, le=64, description="collectives a rank keeps in flight at once, one "
+        "process group each (docs/emulation.md \"Collectives in flight\"); default: 8 where "
+        "the network adds the latency (a collective then lasts a round trip, and τ + 1 in "
+        "flight overlap the latency as the time model does), 1 where the communication layer "
+        "adds it")
+    calibrate_transport: bool = Field(
+        False, description="before training, time collectives of several sizes on the links "
+        "and write the fitted transport model to RUN_DIR/transport_model.json "
+        "(decobench.emulated.calibrate; for a simulated run's --transport-model)")
 
 
 FLAT_EMULATION_FIELDS = {"latency_mechanism": "latency_mechanism",
                          "emulation_timeout_s": "timeout_s", "skip_probe": "skip_probe",
-                         "packet_loss": "packet_loss"}
+                         "packet_loss": "packet_loss",
+                         "collectives_in_flight": "collectives_in_flight",
+                         "calibrate_transport": "calibrate_transport"}
 """Run-config keys (and flags) that set :class:`EmulationConfig` fields: flat key -> field."""
 
 
@@ -146,6 +159,11 @@ class RunConfig(BaseModel):
         None, description="metrics.jsonl of an earlier run (or its run directory), logged "
         "every iteration, whose per-iteration (δ, τ) this run's method follows instead of "
         "deciding them: the same decisions on another backend or network")
+    transport_model: str | None = Field(
+        None, description="simulated: how the collectives depart from the time model's ideal "
+        "link: 'ideal' (deco-sgd.md §4, the default) or a transport_model.json fitted on "
+        "emulated links (decobench run --backend emulated --calibrate-transport; or its run "
+        "directory); docs/emulation.md \"Transport models\"")
     label: str | None = Field(None, min_length=1, description="display name of this method "
                               "variant in reports (default: the method name), e.g. deco-sgd-F25")
     condition: str | None = Field(None, min_length=1, description="name of the network "

@@ -90,6 +90,11 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
                    help="emulated: drop this fraction of the packets each worker receives "
                    "(data and ACKs; an iptables rule added after the probe), e.g. 0.01 for "
                    "1%%; default 0")
+    g.add_argument("--collectives-in-flight", type=int, default=S, metavar="N",
+                   help="emulated: collectives each rank keeps in flight at once, one process "
+                   "group each (default 8 where the network adds the latency, so a message's "
+                   "round trip overlaps the next ones as in the time model; 1 with "
+                   "comm-layer); give at least the largest staleness τ + 1")
     g.add_argument("--profile", default=S, help="task profile (default 'paper')")
     g.add_argument("--init", choices=["scratch", "pretrained"], default=S,
                    help="model initialisation: scratch (default) or pretrained: published "
@@ -136,6 +141,15 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
                    help="follow the per-iteration (δ, τ) of an earlier run (logged every "
                    "iteration) instead of deciding them, e.g. an emulated run replaying the "
                    "simulated run's plan; methods with a (δ, τ) controller only")
+    g.add_argument("--transport-model", default=S, metavar="ideal|FILE|RUN_DIR",
+                   help="simulated: the collectives' cost beyond the time model's ideal link: "
+                   "ideal (default) or the transport_model.json an emulated run fitted with "
+                   "--calibrate-transport (latency multiplier, goodput, burst per collective "
+                   "kind; docs/emulation.md)")
+    g.add_argument("--calibrate-transport", action="store_true", default=S,
+                   help="emulated: before training, time collectives of several sizes on the "
+                   "shaped links and write the fitted transport model to "
+                   "RUN_DIR/transport_model.json (for --transport-model)")
     g.add_argument("--label", default=S, help="name of this method variant in reports and "
                    "W&B (default: the method name), e.g. deco-sgd-F25")
     g.add_argument("--condition", default=S, help="name of the network condition in reports "

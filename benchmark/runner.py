@@ -55,6 +55,7 @@ from decobench.trajectory import (
     Trajectory,
     decision_policy,
 )
+from decobench.transport_model import IDEAL, TransportModel, load_transport_model
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class PreparedRun:
     download: bool
     dataset: str | None
     replay: tuple[Any, ...] | None = None
+    transport: TransportModel = IDEAL
 
 
 def label_of(config: RunConfig) -> str:
@@ -152,7 +154,19 @@ def prepare(config: RunConfig) -> PreparedRun:
         eval_every=eval_every,
         batch_size=config.batch_size or profile.batch_size,
         optimizer=optimizer, data_root=data_root, download=download, dataset=variant,
-        replay=None if config.replay_schedule is None else load_schedule(config.replay_schedule))
+        replay=None if config.replay_schedule is None else load_schedule(config.replay_schedule),
+        transport=_transport_model(config))
+
+
+def _transport_model(config: RunConfig) -> TransportModel:
+    """The simulated clock's transport model (``--transport-model``); the emulated backend
+    has the real one and refuses a model."""
+    if config.transport_model in (None, "ideal"):
+        return IDEAL
+    if config.backend != "simulated":
+        raise DecobenchError("--transport-model is for the simulated backend: the emulated "
+                             "backend runs the real transport")
+    return load_transport_model(config.transport_model)
 
 
 def network_condition(config: RunConfig, task: Task) -> tuple[NetworkCondition, Path | None]:
@@ -264,6 +278,8 @@ def resolved_config(run: PreparedRun, d: int, data_source: str,
         versions=versions())
     if gradients is not None:
         config["gradients"] = gradients
+    if not run.transport.ideal:
+        config["transport"] = run.transport.to_dict()
     return config
 
 
@@ -457,7 +473,7 @@ def _train_pass(run: PreparedRun, data: TaskData, evaluations: EvaluationSchedul
         return run.condition.trace_for(d, run.compute_time_s)
 
     transport = SimulatedTransport(trace_for, config.topology, config.workers,
-                                   run.compute_time_s)
+                                   run.compute_time_s, run.transport)
     _, book = evaluation_plan(run)
     trained = train(run, data, transport, evaluations, book, log, wall_start=wall_start,
                     show_progress=show_progress,

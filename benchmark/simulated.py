@@ -19,13 +19,15 @@ from decobench.loop import IterationTimes, no_pause
 from decobench.methods import Due, LocalExchange, Observation, Sent
 from decobench.netem.trace import Trace
 from decobench.timemodel import EventClock, IterationTiming
+from decobench.transport_model import IDEAL, TransportModel
 
 
 class SimulatedTransport:
     """:class:`~decobench.loop.Transport` of the simulated backend (see the module docstring).
 
     ``trace_for(d)``: the network for a model of d parameters (built at :meth:`start`);
-    ``compute_time_s``: T per iteration, or None to charge the measured wall time / n.
+    ``compute_time_s``: T per iteration, or None to charge the measured wall time / n;
+    ``transport``: the event clock's transport model (:mod:`decobench.transport_model`).
     """
 
     rows = slice(None)
@@ -34,8 +36,9 @@ class SimulatedTransport:
     time_basis = "simulated"
 
     def __init__(self, trace_for: Callable[[int], Trace], topology: str, workers: int,
-                 compute_time_s: float | None) -> None:
+                 compute_time_s: float | None, transport: TransportModel = IDEAL) -> None:
         self.trace_for = trace_for
+        self.transport = transport
         self.topology = topology
         self.workers = workers
         self.compute_time_s = compute_time_s
@@ -47,7 +50,8 @@ class SimulatedTransport:
 
     def start(self, d: int, state: dict[str, object] | None = None) -> None:
         self.trace = self.trace_for(d)
-        self.clock = EventClock(self.trace, topology=self.topology, workers=self.workers)
+        self.clock = EventClock(self.trace, topology=self.topology, workers=self.workers,
+                                transport=self.transport)
         if state is not None:
             self.load_state_dict(state)
 

@@ -335,13 +335,14 @@ def write_constant_traces(suite: Suite, traces_dir: Path) -> None:
 
 ADDED_LATER: tuple[str, ...] = ("fine_eval_every", "fine_eval_margin", "milestones",
                                  "ratio_shape", "init", "replay_schedule",
-                                 "gradient_engine")
+                                 "gradient_engine", "transport_model")
 """RunConfig fields added after sweeps were first published: left out of a run's identity
 while they hold their default, so finished sweeps keep their identities (a run that sets one
 of them gets a new identity, as it computes something else)."""
 
 
-EMULATION_ADDED_LATER: tuple[str, ...] = ("packet_loss",)
+EMULATION_ADDED_LATER: tuple[str, ...] = ("packet_loss", "collectives_in_flight",
+                                           "calibrate_transport")
 """Emulation settings added after emulated runs were first made: left out of an emulated
 run's identity while they hold their default."""
 
@@ -369,6 +370,12 @@ def identity(config: RunConfig) -> str:
         path = getattr(config, field)
         if path is not None:
             values[field] = hashlib.sha256(resolve_trace_path(path).read_bytes()).hexdigest()
+    if config.transport_model == "ideal":           # the same clock as no model at all
+        values.pop("transport_model", None)
+    elif config.transport_model is not None:       # a model counts by its numbers
+        from decobench.transport_model import load_transport_model
+
+        values["transport_model"] = load_transport_model(config.transport_model).to_dict()
     if config.replay_schedule is not None:
         from decobench.replay import metrics_path
 

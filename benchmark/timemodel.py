@@ -33,6 +33,7 @@ from typing import Protocol, runtime_checkable
 
 from decobench.errors import DecobenchError
 from decobench.topology import topology_factors
+from decobench.transport_model import IDEAL, TransportModel
 
 
 @runtime_checkable
@@ -107,10 +108,18 @@ class EventClock:
     Messages in flight sit in a heap keyed by their due iteration ``j + τ_j``; ``R`` is kept
     as a running maximum (the set it ranges over only grows with ``k``), so a step costs
     O(log m) for m messages in flight, whatever ``τ`` does between iterations.
+
+    ``transport``: a :class:`~decobench.transport_model.TransportModel` other than the ideal
+    link charges ``max(0, h·W − B) / g`` bits at the link's rate and delivers ``m·l·b``
+    after the transmission (:mod:`decobench.transport_model`); ``link_bits`` and
+    ``latency_factor`` of each timing stay ``h·W`` and ``l``, so an estimator reads the
+    rate and latency the transport delivers.
     """
 
-    def __init__(self, link: Link, topology: str = "paper", workers: int = 1) -> None:
+    def __init__(self, link: Link, topology: str = "paper", workers: int = 1,
+                 transport: TransportModel = IDEAL) -> None:
         topology_factors(topology, workers, dense=False)  # validates both arguments
+        self._transport = transport
         self._link = link
         self._topology = topology
         self._workers = workers
@@ -148,8 +157,10 @@ class EventClock:
         end = start + compute_s
         tx_start = max(end, self._tx_end)
         link_bits = factors.h * bits
-        tx_end = self._link.transmission_end(tx_start, link_bits) if link_bits > 0 else tx_start
-        arrive = tx_end + factors.l * self._link.latency_at(tx_end)
+        cost = self._transport.cost(dense)
+        rate_bits = cost.rate_bits(link_bits)
+        tx_end = self._link.transmission_end(tx_start, rate_bits) if rate_bits > 0 else tx_start
+        arrive = tx_end + cost.latency_multiplier * factors.l * self._link.latency_at(tx_end)
         heapq.heappush(self._pending, (k + staleness, k, arrive))
         timing = IterationTiming(
             iteration=k,

@@ -263,7 +263,7 @@ def decision_digest(policy: DecisionPolicy, run: Any, d: int, log_names: bool = 
 
     trace = run.condition.trace_for(d, run.compute_time_s)
     clock = SimulatedTransport(lambda _: trace, run.config.topology, run.config.workers,
-                               run.compute_time_s)
+                               run.compute_time_s, run.transport)
     clock.start(d)
     digest = hashlib.sha256()
     for k in range(run.max_iters):

@@ -119,6 +119,21 @@ def _docker_tc_settings(trace: str) -> dict[str, str]:
             "burst": str(burst_bytes(top)), "tbf_latency": f"{queue_ms}ms"}
 
 
+def _tcp_sysctls(trace: str) -> dict[str, str]:
+    """The workers' TCP sysctls (decobench.netem.tcp), buffers sized for the trace's highest
+    rate and latency."""
+    from decobench.netem.tcp import (
+        BUFFER_SYSCTLS,
+        SLOW_START_AFTER_IDLE,
+        buffer_bytes,
+        buffer_value,
+    )
+
+    _, _, top_rate, top_latency = _trace_rows(trace)
+    size = buffer_value(buffer_bytes(top_rate, top_latency))
+    return {SLOW_START_AFTER_IDLE: "0", **dict.fromkeys(BUFFER_SYSCTLS, size)}
+
+
 def ready_file(i: int) -> str:
     """Where shaper-i's trace player says worker i's link is shaped (``--ready-file``)."""
     return f"{RESULTS_MOUNT}/{_env('RUN_NAME', 'run')}.shaped-{i}"
@@ -184,6 +199,7 @@ def render_compose(
             raise ValueError(f"{name} must be in 1..65535, got {port!r}")
     image = image or (CUDA_IMAGE if gpus else CPU_IMAGE)
     tc = _docker_tc_settings(trace)
+    tcp_sysctls = _tcp_sysctls(trace)
     trace_in_container = container_trace(trace)
 
     name = _env("DECOBENCH_PREFIX", prefix)
@@ -236,6 +252,10 @@ def render_compose(
                 "NCCL_SHM_DISABLE": "1",
             },
             "networks": ["wan"],
+            # TCP for a long fat network (decobench.netem.tcp): the window kept across the
+            # pauses between messages, socket buffers for the trace's largest bandwidth-delay
+            # product; the shaper sidecar sets the initial window on the routes and checks
+            "sysctls": dict(tcp_sysctls),
             "volumes": [config_volume, results_volume, cache_volume],
             "shm_size": "1gb",
             "init": True,

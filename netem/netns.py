@@ -39,6 +39,7 @@ from typing import Any, Protocol
 from decobench.errors import DecobenchError
 from decobench.netem.tc import (
     MECHANISMS,
+    PACKET_LEVEL_MECHANISMS,
     TCP_FRAMING_FACTOR,
     LinkSetting,
     check_readback,
@@ -47,7 +48,9 @@ from decobench.netem.tc import (
     format_command,
     readback_commands,
     shaping_commands,
+    tc_rate_bps,
 )
+from decobench.netem.tcp import TcpTuning, apply_tuning, buffer_bytes, initial_window_packets
 
 PREFIX_STEM: str = "dcb"
 """Every namespace this project creates starts with this."""
@@ -322,6 +325,8 @@ class NamespaceNetwork:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _t0: float | None = field(default=None, init=False, repr=False)
     _up: bool = field(default=False, init=False, repr=False)
+    tcp: TcpTuning | None = field(default=None, init=False)
+    """The TCP tuning every worker got (:mod:`decobench.netem.tcp`), once created."""
 
     def __post_init__(self) -> None:
         if self.mechanism not in MECHANISMS:
@@ -373,9 +378,15 @@ class NamespaceNetwork:
                 self._run(["ip", "-n", br, "link", "set", peer, "up"])
                 address = f"{plan.worker_address(i)}/24"
                 self._run(["ip", "-n", ns, "addr", "add", address, "dev", WORKER_DEVICE])
-                for argv in device_commands(WORKER_DEVICE, netns=ns):
+                for argv in device_commands(WORKER_DEVICE, netns=ns,
+                                            rate_bps=tc_rate_bps(self.setting,
+                                                                 self.framing_factor)):
                     self._run(argv)
                 self._run(["ip", "-n", ns, "link", "set", WORKER_DEVICE, "up"])
+                window, buffer = self._tcp_sizes()
+                self.tcp = apply_tuning(self._run, lambda argv: runner.run(argv).stdout,
+                                        WORKER_DEVICE, window, ns,
+                                        f"worker {i} (namespace {ns})", buffer)
                 self._shape(i, self.setting, "add")
                 if self.mechanism == "nfqueue":
                     self._start_delayer(i)
@@ -383,6 +394,14 @@ class NamespaceNetwork:
             self.teardown()
             raise
         self._up = True
+
+    def _tcp_sizes(self) -> tuple[int, int]:
+        """TCP's initial window (packets) and socket buffer (bytes) from the first setting,
+        with the round trip the kernel sees (none under comm-layer): netem.tcp's rules."""
+        kernel_latency = (self.setting.latency_s if self.mechanism in PACKET_LEVEL_MECHANISMS
+                          else 0.0)
+        return (initial_window_packets(self.setting.rate_bps, kernel_latency),
+                buffer_bytes(self.setting.rate_bps, kernel_latency))
 
     def _add_namespace(self, ns: str, tag: str) -> None:
         self._run(["ip", "netns", "add", ns])

@@ -44,6 +44,7 @@ from decobench.netem.netns import (
 )
 from decobench.netem.tc import (
     MECHANISMS,
+    PACKET_LEVEL_MECHANISMS,
     TCP_FRAMING_FACTOR,
     LinkSetting,
     check_mechanism,
@@ -54,6 +55,7 @@ from decobench.netem.tc import (
     shaping_commands,
     tc_rate_bps,
 )
+from decobench.netem.tcp import TcpTuning, apply_tuning, buffer_bytes, initial_window_packets
 from decobench.netem.trace import Trace, load_trace
 
 
@@ -139,6 +141,7 @@ class TcShaper:
     delayer_factory: DelayerFactory | None = None
     commands: list[str] = field(default_factory=list, init=False)
     delayer: Delayer | None = field(default=None, init=False)
+    tcp: TcpTuning | None = field(default=None, init=False)
     _switch: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -156,8 +159,15 @@ class TcShaper:
                 self._run(argv)
             except CommandError:
                 pass  # no root qdisc of ours to remove
-        for argv in device_commands(self.dev, self.netns):
+        for argv in device_commands(self.dev, self.netns,
+                                    tc_rate_bps(setting, self.framing_factor)):
             self._run(argv)
+        kernel_latency = setting.latency_s if self.mechanism in PACKET_LEVEL_MECHANISMS else 0.0
+        self.tcp = apply_tuning(self._run, lambda argv: self.runner.run(argv).stdout, self.dev,
+                                initial_window_packets(setting.rate_bps, kernel_latency),
+                                self.netns, f"{self.dev}" + (f" in {self.netns}" if self.netns
+                                                              else ""),
+                                buffer_bytes(setting.rate_bps, kernel_latency))
         self._shape(setting, "add")
         if self.mechanism == "nfqueue":
             from decobench.netem.nfqueue import rule_commands
@@ -643,7 +653,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.ready_file:
                 write_text_atomic(args.ready_file, json.dumps({
                     "dev": args.dev, "mechanism": shaper.mechanism,
-                    "rate_bps": first.rate_bps, "latency_s": first.latency_s}) + "\n")
+                    "rate_bps": first.rate_bps, "latency_s": first.latency_s,
+                    "tcp": shaper.tcp.to_dict() if shaper.tcp else None}) + "\n")
                 print(f"link {args.dev} shaped ({shaper.mechanism}); wrote {args.ready_file}",
                       flush=True)
         elif args.ready_file:

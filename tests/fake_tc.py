@@ -12,11 +12,42 @@ def _split(argv: list[str]) -> tuple[str | None, list[str]]:
     return None, argv
 
 
+LINUX_DEFAULTS = {"net.ipv4.tcp_slow_start_after_idle": "1",
+                  "net.ipv4.tcp_rmem": "4096\t131072\t6291456",
+                  "net.ipv4.tcp_wmem": "4096\t16384\t4194304"}
+
+
 class TcEcho:
     def __init__(self) -> None:
         self.classes: dict[tuple, dict[str, str]] = {}
         self.qdiscs: dict[tuple, dict[str, str]] = {}
         self.rules: dict[str | None, list[str]] = {}  # iptables INPUT rules per namespace
+        self.routes: dict[tuple, str] = {}            # (namespace, device) -> route line
+        self.sysctls: dict[tuple, str] = {}           # (namespace, key) -> value
+
+    @staticmethod
+    def is_tuning(argv: list[str]) -> bool:
+        """The TCP tuning's commands (decobench.netem.tcp): routes and the sysctl."""
+        _, words = _split(list(argv))
+        return words[:2] == ["ip", "route"] or words[:1] == ["sysctl"]
+
+    def _tuning(self, ns: str | None, words: list[str]) -> str:
+        if words[:1] == ["sysctl"]:
+            if words[1] == "-n":
+                return "".join(self.sysctls.get((ns, key), LINUX_DEFAULTS.get(key, "1")) + "\n"
+                               for key in words[2:])
+            key, value = words[-1].split("=", 1)
+            self.sysctls[(ns, key)] = value.replace(" ", "\t")
+            return ""
+        dev = words[words.index("dev") + 1]
+        if words[2] == "show":
+            line = self.routes.get((ns, dev), "10.77.0.0/24 proto kernel scope link src 10.77.0.1")
+            return line + "\n"
+        if words[2] == "change":                    # ip route change ROUTE... dev D ...
+            rest = words[3:]
+            at = rest.index("dev")
+            self.routes[(ns, dev)] = " ".join(rest[:at] + rest[at + 2:])
+        return ""
 
     @staticmethod
     def is_read(argv: list[str]) -> bool:
@@ -39,6 +70,8 @@ class TcEcho:
 
     def answer(self, argv: list[str]) -> str:
         ns, tc = _split(list(argv))
+        if self.is_tuning(argv):
+            return self._tuning(ns, tc)
         if tc[:1] == ["iptables"]:
             return self._iptables(ns, tc[1:])
         if tc[:1] != ["tc"] or "dev" not in tc:

@@ -14,6 +14,7 @@ from decobench.netem.tc import (
     clear_commands,
     device_commands,
     format_command,
+    gso_segments,
     netem_limit_packets,
     queue_limit_bytes,
     shaping_commands,
@@ -25,11 +26,11 @@ S = LinkSetting(rate_bps=20e6, latency_s=0.1)
 R = 20911602
 CLASSES_ADD = [
     "tc class add dev eth0 parent 1: classid 1:1 htb rate 20911602bit ceil 20911602bit "
-    "burst 10456 cburst 10456 quantum 1514",
+    "burst 3028 cburst 3028 quantum 1514",
     "tc class add dev eth0 parent 1:1 classid 1:10 htb rate 1045580bit ceil 20911602bit "
-    "burst 10456 cburst 10456 prio 0 quantum 1514",
+    "burst 3028 cburst 3028 prio 0 quantum 1514",
     "tc class add dev eth0 parent 1:1 classid 1:20 htb rate 19866022bit ceil 20911602bit "
-    "burst 10456 cburst 10456 prio 1 quantum 1514",
+    "burst 3028 cburst 3028 prio 1 quantum 1514",
 ]
 ROOT_ADD = "tc qdisc add dev eth0 root handle 1: htb default 20"
 FILTER_ADD = (
@@ -51,10 +52,12 @@ def test_framing_factor_is_tcp_at_mtu_1500():
 
 
 def test_burst_and_bdp_queue_rules():
-    # one 4 ms tick of bytes at 20.9 Mbit/s: 20911602/8/250 = 10455.8 -> 10456
-    assert burst_bytes(R) == 10456
-    # at 1 Mbit/s a tick is 500 bytes: two full frames win
-    assert burst_bytes(1e6) == 2 * FRAME_BYTES
+    # 1 ms of bytes at 20.9 Mbit/s is 2614 bytes: two full frames win
+    assert burst_bytes(R) == 2 * FRAME_BYTES
+    # at 1 Gbit/s 1 ms is 125,000 bytes
+    assert burst_bytes(1e9) == 125_000
+    # offload packets of about 1 ms: 1 frame at 20 Mbit/s, 8 at 100, the cap of 16 above
+    assert [gso_segments(r) for r in (2e6, R, 100e6, 200e6, 1e9)] == [1, 1, 8, 16, 16]
     # BDP: 20911602/8 * (2*0.1 + 0.05) = 653487.6 -> 653488
     assert queue_limit_bytes(R, 0.1) == 653488
     # no latency: 20911602/8 * 0.05 = 130697.5 -> 130698 (above the 64-frame floor)
@@ -117,6 +120,7 @@ def test_netns_and_framing_options():
     assert device_commands("eth0", "ns1") == [
         ["ip", "netns", "exec", "ns1", "ip", "link", "set", "dev", "eth0", "gso_max_segs", "16"]
     ]
+    assert device_commands("eth0", rate_bps=R)[0][-1] == "1"
     assert clear_commands("eth0") == [["tc", "qdisc", "del", "dev", "eth0", "root"]]
 
 

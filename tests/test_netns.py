@@ -34,14 +34,18 @@ class FakeRunner:
 
     def __init__(self, fail_on=None, stderr="boom"):
         self.calls = []
-        self.reads = []  # tc ... show: the shapers' read-back, answered by TcEcho
+        self.reads = []   # tc ... show: the shapers' read-back, answered by TcEcho
+        self.tuning = []  # TCP tuning (routes, sysctl), answered by TcEcho
         self.tc = TcEcho()
         self.fail_on = fail_on
         self.stderr = stderr
 
     def run(self, argv):
         argv = list(argv)
-        (self.reads if TcEcho.is_read(argv) else self.calls).append(argv)
+        if TcEcho.is_tuning(argv):
+            self.tuning.append(argv)
+        else:
+            (self.reads if TcEcho.is_read(argv) else self.calls).append(argv)
         if self.fail_on and self.fail_on in " ".join(argv):
             raise CommandError(argv, 2, self.stderr)
         return subprocess.CompletedProcess(argv, 0, self.tc.answer(argv), "")
@@ -120,7 +124,7 @@ def test_command_sequence_with_fake_runner():
         "ip -n dcb00001-br link set dcb00001w0 master dcb00001br",
         "ip -n dcb00001-br link set dcb00001w0 up",
         "ip -n dcb00001-w0 addr add 10.77.1.1/24 dev eth0",
-        "ip netns exec dcb00001-w0 ip link set dev eth0 gso_max_segs 16",
+        "ip netns exec dcb00001-w0 ip link set dev eth0 gso_max_segs 1",
         "ip -n dcb00001-w0 link set eth0 up",
         "ip netns exec dcb00001-w0 tc qdisc add dev eth0 root handle 1: htb default 20",
     ]
@@ -136,8 +140,19 @@ def test_command_sequence_with_fake_runner():
         "ip netns del dcb00001-w0",
         "ip netns del dcb00001-br",
     ]
+    # TCP tuned for a long fat network, and read back (decobench.netem.tcp): comm-layer
+    # adds no kernel latency, so the initial window stays Linux's 10 packets
+    writes = [" ".join(a) for a in runner.tuning if "-n" not in a and "show" not in a]
+    assert writes == [
+        f"ip netns exec dcb00001-w{i} {cmd}" for i in range(2) for cmd in (
+            "sysctl -qw net.ipv4.tcp_slow_start_after_idle=0",
+            "sysctl -qw net.ipv4.tcp_rmem=4096 4194304 33554432",
+            "sysctl -qw net.ipv4.tcp_wmem=4096 4194304 33554432",
+            "ip route change 10.77.0.0/24 proto kernel scope link src 10.77.0.1 dev eth0 "
+            "initcwnd 10 initrwnd 10")]
+    assert len(runner.tuning) == 2 * 7          # and three reads per worker
     # the log: every command with a timestamp, and the tc ones on their own
-    assert len(net.commands) == len(runner.calls)
+    assert len(net.commands) == len(runner.calls) + len(writes)
     assert net.commands[0].split(None, 1)[1] == "ip netns add dcb00001-br"
     assert len(net.tc_commands) == 2 * 7 + 10
     assert all(c.startswith("ip netns exec dcb00001-w") for c in net.tc_commands)
@@ -199,7 +214,7 @@ class ForgetfulRunner(FakeRunner):
     failure, in miniature)."""
 
     def run(self, argv):
-        if " change " in " ".join(argv):
+        if " change " in " ".join(argv) and not TcEcho.is_tuning(list(argv)):
             self.calls.append(list(argv))
             return subprocess.CompletedProcess(list(argv), 0, "", "")
         return super().run(argv)

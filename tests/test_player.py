@@ -106,12 +106,17 @@ class RecordingShaper:
 class FakeRunner:
     def __init__(self):
         self.calls = []
-        self.reads = []  # tc ... show: the shapers' read-back, answered by TcEcho
+        self.reads = []   # tc ... show: the shapers' read-back, answered by TcEcho
+        self.tuning = []  # TCP tuning (routes, sysctl), answered by TcEcho
         self.tc = TcEcho()
 
     def run(self, argv):
-        (self.reads if TcEcho.is_read(list(argv)) else self.calls).append(list(argv))
-        return subprocess.CompletedProcess(list(argv), 0, self.tc.answer(list(argv)), "")
+        argv = list(argv)
+        if TcEcho.is_tuning(argv):
+            self.tuning.append(argv)
+        else:
+            (self.reads if TcEcho.is_read(argv) else self.calls).append(argv)
+        return subprocess.CompletedProcess(argv, 0, self.tc.answer(argv), "")
 
 
 # ------------------------------------------------------------------------------- player
@@ -135,6 +140,7 @@ def test_player_with_namespace_network_only_changes_after_start():
     clock = FakeClock()
     with NamespaceNetwork(plan, A, "netem", runner=runner, clock=clock) as net:
         n_setup = len(runner.calls)
+        n_logged = len(net.command_log)    # set-up, TCP tuning included
         player = TracePlayer(steps(), NetnsShaper(net), clock=clock, sleep=clock.sleep)
         player.start(t0=clock())
         records = player.join(timeout_s=5)
@@ -154,7 +160,7 @@ def test_player_with_namespace_network_only_changes_after_start():
     delays = [argv[argv.index("delay") + 1] for argv in played if "delay" in argv]
     assert delays == ["100000us"] * 8 + ["200000us"] * 4
     # the commands log carries the time of each change (fake clock: 0, 10, 20 s after t0)
-    times = [r.t_s for r in net.command_log[n_setup:]]
+    times = [r.t_s for r in net.command_log[n_logged:]]
     assert times[0] == 0 and times[10] == 10 and times[20] == 20
 
 
@@ -361,7 +367,7 @@ def test_tc_shaper_setup_then_change_only():
     shaper.setup(A)
     n = len(runner.calls)
     assert runner.calls[0] == ["tc", "qdisc", "del", "dev", "eth0", "root"]
-    assert runner.calls[1] == ["ip", "link", "set", "dev", "eth0", "gso_max_segs", "16"]
+    assert runner.calls[1] == ["ip", "link", "set", "dev", "eth0", "gso_max_segs", "1"]
     assert runner.calls[2][:3] == ["tc", "qdisc", "add"]
     shaper.apply(B)
     assert all(argv[2] == "change" for argv in runner.calls[n:])
@@ -426,8 +432,12 @@ def test_ready_file_is_written_once_the_link_is_shaped(monkeypatch, tmp_path):
     assert player_mod.main(["--trace", "constant-20mbps-100ms", "--via", "tc", "--duration",
                             "0.1", "--ready-file", str(ready)]) == 0
     assert seen == [False]
+    # one bandwidth-delay product as TCP's initial window: 20 Mbit/s x 200 ms / 1448 B
+    tcp = {"initcwnd": 346, "initrwnd": 346, "net.ipv4.tcp_slow_start_after_idle": 0,
+           "net.ipv4.tcp_rmem": "4096 4194304 33554432",
+           "net.ipv4.tcp_wmem": "4096 4194304 33554432"}
     assert json.loads(ready.read_text()) == {"dev": "eth0", "mechanism": "nfqueue",
-                                             "rate_bps": 20e6, "latency_s": 0.1}
+                                             "rate_bps": 20e6, "latency_s": 0.1, "tcp": tcp}
     assert player_mod.main(["--trace", "constant-20mbps-100ms", "--via", "docker-tc",
                             "--container", "w0", "--ready-file", str(ready)]) == 2
 

@@ -1,7 +1,8 @@
 """Background communication of DD-EF-SGD messages between real worker processes.
 
-One thread per rank issues the collectives in send order (one link, FIFO, as in the time
-model of deco-sgd.md §4), so communication overlaps the next iterations' computation:
+Background threads per rank issue the collectives in send order (one link, messages in
+order, as in the time model of deco-sgd.md §4), so communication overlaps the next
+iterations' computation:
 
 - a sparse message (δ < 1) is a byte frame, header + the method's control bytes + the
   payload of exactly ⌈W/8⌉ bytes (:mod:`decobench.emulated.codec`), exchanged by
@@ -10,21 +11,36 @@ model of deco-sgd.md §4), so communication overlaps the next iterations' comput
   rank, exchanged by a summing ``all_reduce`` (each rank writes only its own slots, so the
   headers and control bytes come back exactly: adding zeros is exact).
 
-When a collective returns at ``tx_end`` the message is delivered no earlier than
-:class:`~decobench.emulated.delivery.DeliveryDelay` says (``tx_end + l·b`` when the
-communication layer adds the latency). The training loop calls :meth:`Communicator.wait`
-for a message only when it is due (τ iterations after it was sent) and blocks only if it
-has not arrived. A lost peer surfaces as :class:`PeerLost` naming the rank(s) when the
-collective's error message names their addresses.
+**Lanes.** Each process group given in ``groups`` is a lane that carries one collective at a
+time; message i goes on lane ``i mod len(groups)``, so up to ``len(groups)`` collectives are
+in flight at once. One lane (the default) is one collective at a time, which is the time
+model's link when the collective holds no latency (``comm-layer``). Where the network adds
+the latency (``kernel``), a collective lasts at least a round trip (gloo's rendezvous: a
+send waits for the receiver's ready notice, so a 2-rank all-gather takes about 2b + W/a),
+and one lane would serialise those round trips where the time model overlaps the latency
+of message j with the transmission of message j + 1; ``τ + 1`` lanes let them overlap, as
+they do on a real link (:class:`~decobench.emulated.transport.DistributedTransport` opens
+``collectives_in_flight`` lanes).
+
+When a message's collective returns at ``end``, its times are set in send order:
+``tx_start = max(issued, tx_end of the previous message)``, and ``tx_end = end`` with the
+message delivered no earlier than :class:`~decobench.emulated.delivery.DeliveryDelay` says
+(``end + l·b`` when the communication layer adds the latency). The training loop calls
+:meth:`Communicator.wait` for a message only when it is due (τ iterations after it was
+sent) and blocks only if it has not arrived. A lost peer surfaces as :class:`PeerLost`
+naming the rank(s) when the collective's error message names their addresses.
 
 Where the network itself adds the latency (``kernel``: netem, the nfqueue delayer, or real
 links under torchrun), a collective's duration holds both the transmission and the
 latency, and the time model's split (``tx_end`` = end of transmission, ``arrive = tx_end +
-l·b``) has to be measured: every :data:`FIXED_COST_EVERY` messages of a kind (and before
-the first), the thread times the same collective on a one-element tensor, whose duration
-is the collective's fixed cost (the latency and the collective's own round trips, with
-next to no data). A message's ``tx_end`` is then its collective's end minus that fixed
-cost, and its ``arrive`` the collective's real end, so DeCo's estimator reads
+l·b``) has to be measured: before the first message of a kind (alone on the link) and then
+every :data:`FIXED_COST_EVERY` messages of that kind, the rank times the same collective on
+a one-element tensor (on a probe lane of its own when there are several lanes), whose
+duration is the collective's fixed cost (the latency and the collective's own round trips,
+with next to no data). The fixed cost in use is the least of the last
+:data:`FIXED_COST_WINDOW` timings (a timing taken while messages are in flight can queue
+behind their data). A message's ``tx_end`` is then ``max(tx_start, end − fixed cost)``
+and its ``arrive`` the collective's real end, so DeCo's estimator reads
 ``â = hW / (tx_end − tx_start)`` and ``b̂ = (arrive − tx_end) / l`` from the real network
 as it does from the simulated clock (without the split it read every link's latency as
 bandwidth: 0.45 Mbit/s and b̂ = 0 on a 20 Mbit/s, 100 ms link).
@@ -36,6 +52,7 @@ import math
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -237,13 +254,46 @@ def lost_ranks_in(message: str, addresses: Sequence[str], own_rank: int) -> tupl
     return tuple(r for r, a in enumerate(addresses) if a in seen and r != own_rank)
 
 
+FIXED_COST_WINDOW: int = 3
+"""The fixed cost in use is the least of the last this-many timings of the empty collective:
+with collectives in flight, one timing may have queued behind their data."""
+
+
+@dataclass
+class _Pending:
+    """A collective issued on one lane and not yet completed; ``message`` is None for an
+    empty collective timing the fixed cost of its kind (``dense``)."""
+
+    work: Any
+    issued_s: float
+    dense: bool
+    message: Outgoing | None = None
+    gathered: Tensor | list[Tensor] | None = None
+
+
+@dataclass
+class _Completed:
+    """A message's collective as it completed, before the in-order split into transmission
+    and fixed cost."""
+
+    message: Outgoing
+    issued_s: float
+    ended_s: float
+    headers: list[dict[str, float]]
+    controls: list[bytes]
+    update: Update
+
+
 @dataclass
 class Communicator:
-    """The per-rank communication thread (see the module docstring).
+    """The per-rank communication threads (see the module docstring).
 
     ``clock()`` returns seconds on the trace clock (0 = the run's synchronised start);
     ``group``: the process group of the collectives (default: the default group; give the
-    thread its own when other code issues collectives meanwhile).
+    thread its own when other code issues collectives meanwhile); ``groups``: one process
+    group per collective in flight at once (message i runs on ``groups[i mod len(groups)]``;
+    empty: ``[group]``, one collective at a time); ``probe_group``: where the empty
+    collectives that time the fixed cost run (default: the first of ``groups``).
     """
 
     rank: int
@@ -255,25 +305,58 @@ class Communicator:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     addresses: Sequence[str] = ()
     group: Any = None
+    groups: Sequence[Any] = ()
+    probe_group: Any = None
     _queue: list[Outgoing] = field(default_factory=list, init=False)
+    _order: deque[int] = field(default_factory=deque, init=False)
+    _completed: dict[int, _Completed] = field(default_factory=dict, init=False)
     _arrived: dict[int, Arrival] = field(default_factory=dict, init=False)
     _error: BaseException | None = field(default=None, init=False)
     _closing: bool = field(default=False, init=False)
+    _issuing_done: bool = field(default=False, init=False)
     _cond: threading.Condition = field(default_factory=threading.Condition, init=False)
-    _thread: threading.Thread | None = field(default=None, init=False)
-    _fixed_cost: dict[bool, float] = field(default_factory=dict, init=False)
+    _threads: list[threading.Thread] = field(default_factory=list, init=False)
+    _lane_groups: list[Any] = field(default_factory=list, init=False)
+    _lanes: list[deque[_Pending]] = field(default_factory=list, init=False)
+    _probe_lane: int = field(default=0, init=False)
+    _issued: int = field(default=0, init=False)
+    _timings: dict[bool, deque[float]] = field(default_factory=dict, init=False)
     _since_probe: dict[bool, int] = field(default_factory=dict, init=False)
+    _last_tx_end: float = field(default=0.0, init=False)
+    _local: threading.local = field(default_factory=threading.local, init=False)
+
+    @property
+    def in_flight(self) -> int:
+        """How many message collectives may be in flight at once (one per lane)."""
+        return max(1, len(self.groups))
+
+    @property
+    def kernel(self) -> bool:
+        """The network adds the latency, so collectives are split (module docstring)."""
+        return self.delay.mechanism == "kernel" and self.workers > 1
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name=f"comm-rank{self.rank}",
-                                        daemon=True)
-        self._thread.start()
+        self._lane_groups = list(self.groups) or [self.group]
+        self._probe_lane = 0
+        if self.probe_group is not None:
+            self._lane_groups.append(self.probe_group)
+            self._probe_lane = len(self._lane_groups) - 1
+        self._lanes = [deque() for _ in self._lane_groups]
+        self._threads = [threading.Thread(target=self._issue_loop, daemon=True,
+                                          name=f"comm-rank{self.rank}")]
+        self._threads += [threading.Thread(target=self._lane_loop, args=(lane,), daemon=True,
+                                           name=f"comm-rank{self.rank}-lane{lane}")
+                          for lane in range(len(self._lanes))]
+        for thread in self._threads:
+            thread.start()
 
     def restore(self, arrivals: dict[int, Arrival]) -> None:
         """Messages a checkpoint held (arrived before it was taken), to :meth:`wait` for
         again after a resume; call before :meth:`start`."""
         with self._cond:
             self._arrived.update(arrivals)
+            if arrivals:
+                self._last_tx_end = max(a.tx_end_s for a in arrivals.values())
 
     def submit(self, message: Outgoing) -> None:
         """Queue a message; returns at once (the collective runs in the background)."""
@@ -312,14 +395,15 @@ class Communicator:
             self._cond.wait(0.25)
 
     def close(self, drain: bool = True) -> None:
-        """Finish the queued collectives (``drain``) and stop the thread."""
+        """Finish the queued collectives (``drain``) and stop the threads."""
         with self._cond:
             self._closing = True
             if not drain:
                 self._queue.clear()
             self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=self.timeout_s if drain else 1.0)
+        deadline = time.monotonic() + (self.timeout_s if drain else 1.0)
+        for thread in self._threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
         with self._cond:
             self._raise_if_failed()
 
@@ -327,24 +411,165 @@ class Communicator:
         if self._error is not None:
             raise self._error
 
-    def _loop(self) -> None:
+    def _fail(self, exc: BaseException, iteration: int) -> None:
+        with self._cond:
+            if self._error is None:
+                self._error = self._as_peer_lost(exc, iteration)
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ issuing
+    def _issue_loop(self) -> None:
+        """Issue every queued message's collective in send order, each on its lane, and
+        (kernel latency) an empty collective of its kind before the first message of a kind
+        and then every :data:`FIXED_COST_EVERY` messages of it. Every rank issues the same
+        collectives on the same groups in the same order, so they match."""
         while True:
             with self._cond:
-                while not self._queue and not self._closing:
+                while not self._queue and not self._closing and self._error is None:
                     self._cond.wait()
-                if not self._queue:
+                if self._error is not None or not self._queue:
+                    self._issuing_done = True
+                    self._cond.notify_all()
                     return
                 message = self._queue.pop(0)
+                self._order.append(message.iteration)
             try:
-                arrival = self._exchange(message)
+                if self.kernel:
+                    count = self._since_probe.get(message.dense, FIXED_COST_EVERY)
+                    if count >= FIXED_COST_EVERY:
+                        self._issue_empty(message.dense,
+                                          alone=message.dense not in self._timings)
+                        count = 0
+                    self._since_probe[message.dense] = count + 1
+                self._issue_message(message)
             except BaseException as exc:  # noqa: BLE001 - handed to the training thread
+                self._fail(exc, message.iteration)
                 with self._cond:
-                    self._error = self._as_peer_lost(exc, message.iteration)
+                    self._issuing_done = True
                     self._cond.notify_all()
                 return
+
+    def _wait_for_lane(self, lane: int) -> None:
+        """Block until ``lane`` has nothing in flight: at most one collective per lane, so
+        one lane is one collective at a time, as before lanes existed."""
+        with self._cond:
+            while self._lanes[lane] and self._error is None:
+                self._cond.wait()
+            self._raise_if_failed()
+
+    def _issue_empty(self, dense: bool, alone: bool) -> None:
+        """Issue the empty collective of this kind on the probe lane; ``alone``: with no
+        other collective in flight, and wait for it (the first timing of a kind, which the
+        first plan reads, must not queue behind data)."""
+        for lane in (range(len(self._lanes)) if alone else (self._probe_lane,)):
+            self._wait_for_lane(lane)
+        one = torch.zeros(1, device=self.device)
+        group = self._lane_groups[self._probe_lane]
+        issued = self.clock()
+        if dense:
+            work = dist.all_reduce(one, op=dist.ReduceOp.SUM, group=group, async_op=True)
+        else:
+            work = dist.all_gather([torch.empty_like(one) for _ in range(self.workers)], one,
+                                   group=group, async_op=True)
+        self._enqueue(self._probe_lane, _Pending(work=work, issued_s=issued, dense=dense))
+        if alone:
+            self._wait_for_lane(self._probe_lane)
+
+    def _issue_message(self, message: Outgoing) -> None:
+        lane = self._issued % self.in_flight
+        self._issued += 1
+        self._wait_for_lane(lane)
+        group = self._lane_groups[lane]
+        issued = self.clock()
+        if message.dense:
+            work = dist.all_reduce(message.buffer, op=dist.ReduceOp.SUM, group=group,
+                                   async_op=True)
+            gathered: Tensor | list[Tensor] = message.buffer
+        else:
+            gathered = [torch.empty_like(message.buffer) for _ in range(self.workers)]
+            work = dist.all_gather(gathered, message.buffer, group=group, async_op=True)
+        self._enqueue(lane, _Pending(work=work, issued_s=issued, dense=message.dense,
+                                     message=message, gathered=gathered))
+
+    def _enqueue(self, lane: int, pending: _Pending) -> None:
+        with self._cond:
+            self._lanes[lane].append(pending)
+            self._cond.notify_all()
+
+    # --------------------------------------------------------------- completing
+    def _lane_loop(self, lane: int) -> None:
+        """Complete one lane's collectives in the order they were issued."""
+        queue = self._lanes[lane]
+        while True:
             with self._cond:
-                self._arrived[message.iteration] = arrival
+                while not queue and not self._issuing_done and self._error is None:
+                    self._cond.wait()
+                if self._error is not None or not queue:
+                    return
+                pending = queue[0]
+            iteration = pending.message.iteration if pending.message is not None else -1
+            try:
+                self._complete(pending.work)
+                ended = self.clock()
+                completed = None
+                if pending.message is not None:
+                    assert pending.gathered is not None
+                    headers, controls, update = received(pending.message, pending.gathered,
+                                                         self.d, self.workers, self.device)
+                    completed = _Completed(pending.message, pending.issued_s, ended, headers,
+                                           controls, update)
+            except BaseException as exc:  # noqa: BLE001 - handed to the training thread
+                self._fail(exc, iteration)
+                return
+            with self._cond:
+                queue.popleft()
+                if completed is None:
+                    timings = self._timings.setdefault(pending.dense,
+                                                       deque(maxlen=FIXED_COST_WINDOW))
+                    timings.append(ended - pending.issued_s)
+                else:
+                    self._completed[iteration] = completed
+                self._deliver_locked()
                 self._cond.notify_all()
+
+    def _complete(self, work: Any) -> None:
+        """Wait for one collective; on CUDA, on a side stream of this thread, so the time is
+        this collective's, not the device's other work."""
+        timeout = timedelta(seconds=self.timeout_s)
+        if self.device.type != "cuda":
+            work.wait(timeout=timeout)
+            return
+        stream = getattr(self._local, "stream", None)
+        if stream is None:
+            stream = self._local.stream = torch.cuda.Stream(self.device)
+        with torch.cuda.stream(stream):
+            work.wait(timeout=timeout)
+        stream.synchronize()
+
+    def _deliver_locked(self) -> None:
+        """Turn completed collectives into arrivals, in send order (module docstring):
+        ``tx_start = max(issued, previous tx_end)`` (one link, messages in order); under
+        kernel latency ``tx_end = max(tx_start, end − fixed cost)`` and ``arrive = end``;
+        otherwise ``tx_end = end`` and ``arrive`` from :class:`DeliveryDelay`."""
+        while self._order and self._order[0] in self._completed:
+            iteration = self._order[0]
+            done = self._completed[iteration]
+            dense = done.message.dense
+            if self.kernel and not self._timings.get(dense):
+                return                      # its kind's first timing is still in flight
+            self._order.popleft()
+            del self._completed[iteration]
+            tx_start = max(done.issued_s, self._last_tx_end)
+            if self.kernel:
+                tx_end = max(tx_start, done.ended_s - min(self._timings[dense]))
+                arrive = done.ended_s
+            else:
+                tx_end = max(tx_start, done.ended_s)
+                arrive = self.delay.arrival_s(done.ended_s, dense)
+            self._last_tx_end = tx_end
+            self._arrived[iteration] = Arrival(
+                iteration=iteration, dense=dense, headers=done.headers, update=done.update,
+                tx_start_s=tx_start, tx_end_s=tx_end, arrive_s=arrive, controls=done.controls)
 
     def _as_peer_lost(self, exc: BaseException, iteration: int) -> BaseException:
         if isinstance(exc, DecobenchError):        # the bytes arrived but do not decode
@@ -354,56 +579,14 @@ class Communicator:
         lost = lost_ranks_in(str(exc), self.addresses, self.rank)
         who = (f"lost rank {', '.join(map(str, lost))}" if lost
                else "lost a peer rank (address not named by the transport)")
-        return PeerLost(f"rank {self.rank}: {who} during the collective of iteration "
-                        f"{iteration}: {text}", lost)
-
-    def _synchronise(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        during = (f"the collective of iteration {iteration}" if iteration >= 0
+                  else "an empty collective timing the link's fixed cost")
+        return PeerLost(f"rank {self.rank}: {who} during {during}: {text}", lost)
 
     def fixed_cost_s(self, dense: bool) -> float | None:
-        """The last measured duration of an empty collective of this kind (kernel latency
-        only; None before the first)."""
-        return self._fixed_cost.get(dense)
-
-    def _time_empty_collective(self, dense: bool) -> float:
-        """Seconds one collective of this kind takes on a one-element tensor (every rank
-        runs it at the same message, so the collectives match)."""
-        one = torch.zeros(1, device=self.device)
-        started = time.monotonic()
-        if dense:
-            work = dist.all_reduce(one, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
-        else:
-            work = dist.all_gather([torch.empty_like(one) for _ in range(self.workers)], one,
-                                   group=self.group, async_op=True)
-        work.wait(timeout=timedelta(seconds=self.timeout_s))
-        self._synchronise()
-        return time.monotonic() - started
-
-    def _exchange(self, message: Outgoing) -> Arrival:
-        kernel = self.delay.mechanism == "kernel" and self.workers > 1
-        if kernel:
-            count = self._since_probe.get(message.dense, FIXED_COST_EVERY)
-            if count >= FIXED_COST_EVERY:
-                self._fixed_cost[message.dense] = self._time_empty_collective(message.dense)
-                count = 0
-            self._since_probe[message.dense] = count + 1
-        tx_start = self.clock()
-        if message.dense:
-            work = dist.all_reduce(message.buffer, op=dist.ReduceOp.SUM, group=self.group,
-                                   async_op=True)
-            gathered: Tensor | list[Tensor] = message.buffer
-        else:
-            gathered = [torch.empty_like(message.buffer) for _ in range(self.workers)]
-            work = dist.all_gather(gathered, message.buffer, group=self.group, async_op=True)
-        work.wait(timeout=timedelta(seconds=self.timeout_s))
-        self._synchronise()
-        tx_end = self.clock()
-        headers, controls, update = received(message, gathered, self.d, self.workers,
-                                             self.device)
-        arrive = self.delay.arrival_s(tx_end, message.dense)
-        if kernel:  # split the collective into transmission and fixed cost (module doc)
-            tx_end = max(tx_start, tx_end - self._fixed_cost[message.dense])
-        return Arrival(iteration=message.iteration, dense=message.dense, headers=headers,
-                       update=update, tx_start_s=tx_start, tx_end_s=tx_end,
-                       arrive_s=arrive, controls=controls)
+        """The fixed cost in use for this kind (the least of the last
+        :data:`FIXED_COST_WINDOW` timings of its empty collective; kernel latency only;
+        None before the first)."""
+        with self._cond:
+            timings = self._timings.get(dense)
+            return min(timings) if timings else None

@@ -16,6 +16,15 @@ Adaptive methods choose (δ, τ) from what they measure, and the two backends me
 different things (exact trace values vs real transfers), so the simulated run that checks
 the time model replays the emulated run's schedule; a second simulated run with the
 method's own decisions is reported beside it (end to end).
+
+The emulated run calibrates the transport before training (``--calibrate-transport``:
+:mod:`decobench.emulated.calibrate` fits gloo's latency multiplier, goodput and the
+shaper's burst per collective kind and writes ``transport_model.json``). The simulated runs
+are charged with that fitted model (``--transport-model``, :mod:`decobench.transport_model`);
+the same schedule on the ideal link of deco-sgd.md §4 is reported beside it, so the table
+shows both how far the ideal time model is from the real transport and whether the fitted
+model closes the gap. For adaptive methods the first plan (δ, τ) of the emulated run is
+compared with the first plan of the simulated run that decides for itself.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from decobench.config import RunConfig
 from decobench.errors import DecobenchError
 from decobench.rundir import read_metrics
 from decobench.runner import PreparedRun
+from decobench.transport_model import TRANSPORT_MODEL_FILE
 
 TOLERANCE = 0.10
 """The agreement the issue asks for: within 10%."""
@@ -64,6 +74,12 @@ class FidelityRow:
     simulated_bubble_fraction: float
     emulated_run: str
     simulated_run: str
+    ideal_iteration_s: float = float("nan")
+    ideal_relative_difference: float = float("nan")
+    transport_model: str = "ideal"
+    emulated_first_plan: tuple[float, int] | None = None
+    planned_first_plan: tuple[float, int] | None = None
+    first_plan_within_tolerance: bool | None = None
 
 
 def iteration_time(rows: Sequence[dict[str, Any]], warmup: int) -> float:
@@ -91,13 +107,35 @@ def measured_compute_s(rows: Sequence[dict[str, Any]], warmup: int) -> float:
     return statistics.median(values)
 
 
+def first_plan(rows: Sequence[dict[str, Any]]) -> tuple[float, int] | None:
+    """(δ, τ) of the first row that carries a plan (``plan_*`` fields: an adaptive method's
+    first re-plan); None for a method that never plans."""
+    for row in sorted(rows, key=lambda r: int(r["iteration"])):
+        if any(k.startswith("plan_") for k in row) and "delta" in row and "tau" in row:
+            return float(row["delta"]), int(row["tau"])
+    return None
+
+
+def plans_agree(emulated: tuple[float, int] | None, simulated: tuple[float, int] | None,
+                tolerance: float = TOLERANCE) -> bool | None:
+    """Both first plans within ``tolerance``: δ relative to the simulated one, τ within
+    ``tolerance`` of it (so equal below τ = 10); None when either run did not plan."""
+    if emulated is None or simulated is None:
+        return None
+    (de, te), (ds, ts) = emulated, simulated
+    return abs(de - ds) <= tolerance * ds and abs(te - ts) <= tolerance * ts
+
+
 def compare(method: str, emulated_dir: Path, simulated_dir: Path, planned_dir: Path,
             warmup: int, compute_s_measured: float,
-            compute_s_profile: float | None) -> FidelityRow:
+            compute_s_profile: float | None, ideal_dir: Path | None = None,
+            transport_model: str = "ideal") -> FidelityRow:
     emulated, simulated = read_metrics(emulated_dir), read_metrics(simulated_dir)
     planned = read_metrics(planned_dir)
     emu, sim = iteration_time(emulated, warmup), iteration_time(simulated, warmup)
     diff = (emu - sim) / sim
+    ideal = iteration_time(read_metrics(ideal_dir), warmup) if ideal_dir else sim
+    emulated_plan, planned_plan = first_plan(emulated), first_plan(planned)
     return FidelityRow(
         method=method, iterations=max(int(r["iteration"]) for r in emulated), warmup=warmup,
         compute_s_measured=compute_s_measured, compute_s_profile=compute_s_profile,
@@ -112,7 +150,11 @@ def compare(method: str, emulated_dir: Path, simulated_dir: Path, planned_dir: P
         simulated_mean_tau=_mean(simulated, "tau", warmup),
         emulated_bubble_fraction=_bubble_fraction(emulated, warmup),
         simulated_bubble_fraction=_bubble_fraction(simulated, warmup),
-        emulated_run=str(emulated_dir), simulated_run=str(simulated_dir))
+        emulated_run=str(emulated_dir), simulated_run=str(simulated_dir),
+        ideal_iteration_s=ideal, ideal_relative_difference=(emu - ideal) / ideal,
+        transport_model=transport_model, emulated_first_plan=emulated_plan,
+        planned_first_plan=planned_plan,
+        first_plan_within_tolerance=plans_agree(emulated_plan, planned_plan))
 
 
 def _bubble_fraction(rows: Sequence[dict[str, Any]], warmup: int) -> float:
@@ -123,41 +165,54 @@ def _bubble_fraction(rows: Sequence[dict[str, Any]], warmup: int) -> float:
     return bubble / span if span > 0 else 0.0
 
 
+def _plan(plan: tuple[float, int] | None) -> str:
+    return "-" if plan is None else f"{plan[0]:.4g} / {plan[1]}"
+
+
 def render_markdown(rows: Sequence[FidelityRow], header: dict[str, Any]) -> str:
     lines = ["# Fidelity: simulated vs emulated per-iteration time", ""]
     lines += [f"- {k}: {v}" for k, v in header.items()]
-    lines += ["", "Time model check: the simulated run replays the (δ, τ) schedule the emulated "
-              "run chose, with T = the emulated ranks' median compute time.", "",
-              "| method | T measured (ms) | emulated s/it | simulated s/it (same schedule) | "
-              "difference | within 10% | δ̄ | τ̄ | bubble emu / sim |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "Time model check: the simulated runs replay the (δ, τ) schedule the emulated "
+              "run chose, with T = the emulated ranks' median compute time, on the ideal link "
+              "of deco-sgd.md §4 and with the transport model fitted on the emulated links "
+              "(difference and verdict: the fitted model).", "",
+              "| method | T measured (ms) | emulated s/it | simulated s/it, ideal link | "
+              "simulated s/it, fitted transport | difference | within 10% | δ̄ | τ̄ | "
+              "bubble emu / sim |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r.method} | {r.compute_s_measured * 1e3:.1f} | {r.emulated_iteration_s:.4f} | "
+            f"{r.ideal_iteration_s:.4f} ({r.ideal_relative_difference * 100:+.1f}%) | "
             f"{r.simulated_iteration_s:.4f} | {r.relative_difference * 100:+.1f}% | "
             f"{'yes' if r.within_tolerance else 'NO'} | {r.emulated_mean_delta:.4g} | "
             f"{r.emulated_mean_tau:.2f} | {r.emulated_bubble_fraction:.2f} / "
             f"{r.simulated_bubble_fraction:.2f} |")
-    lines += ["", "End to end: the simulated run making its own (δ, τ) decisions from exact "
-              "measurements (adaptive methods differ here when the emulated run measured the "
-              "network or its compute differently).", "",
+    lines += ["", "End to end: the simulated run making its own (δ, τ) decisions (fitted "
+              "transport), and the first plan (δ / τ) of each side (adaptive methods).", "",
               "| method | emulated s/it | δ̄ / τ̄ emulated | simulated s/it (own plan) | "
-              "δ̄ / τ̄ simulated |", "|---|---|---|---|---|"]
+              "δ̄ / τ̄ simulated | first plan emulated | first plan simulated | "
+              "within 10% |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        agree = {None: "-", True: "yes", False: "NO"}[r.first_plan_within_tolerance]
         lines.append(
             f"| {r.method} | {r.emulated_iteration_s:.4f} | {r.emulated_mean_delta:.4g} / "
             f"{r.emulated_mean_tau:.2f} | {r.planned_iteration_s:.4f} | "
-            f"{r.planned_mean_delta:.4g} / {r.planned_mean_tau:.2f} |")
+            f"{r.planned_mean_delta:.4g} / {r.planned_mean_tau:.2f} | "
+            f"{_plan(r.emulated_first_plan)} | {_plan(r.planned_first_plan)} | {agree} |")
     return "\n".join(lines) + "\n"
 
 
 def replayed(run: PreparedRun, emulated_rows: Sequence[dict[str, Any]]) -> PreparedRun:
     """``run`` following the emulated run's per-iteration (δ, τ) (``PreparedRun.replay``,
-    what ``--replay-schedule`` sets: the loop hands it to :meth:`Method.replay`); D-SGD, which
-    decides nothing, is returned unchanged."""
+    what ``--replay-schedule`` sets: the loop hands it to :meth:`Method.replay`). A method
+    whose decisions never read the network (``MethodSpec.network_decisions`` is
+    :func:`~decobench.methods.decisions.network_independent`: D-SGD, Accordion, a static
+    pair) makes the same decisions on both backends and is returned unchanged."""
     from decobench.methods.controllers import Schedule
+    from decobench.methods.decisions import network_independent
 
-    if run.config.method == "d-sgd":
+    if run.spec.network_decisions is network_independent:
         return run
     schedules = tuple(Schedule(float(r["delta"]), int(r["tau"]))
                       for r in sorted(emulated_rows, key=lambda r: int(r["iteration"]))
@@ -183,22 +238,26 @@ def run_fidelity(base: RunConfig, methods: Sequence[str], out: Path, warmup: int
                       topology=base.topology, label=None, condition=None)
         common.pop("compute_time_s", None)
         emulated = RunConfig(**{**common, "backend": "emulated",
+                                "calibrate_transport": True,
                                 "out": str(out / "emulated" / method)})
         prepared = prepare(emulated)
         summary = launch(prepared, overwrite=overwrite, show_progress=show_progress,
                          wandb=False)
         emu_dir = Path(prepared.out)
+        fitted = str(emu_dir / TRANSPORT_MODEL_FILE)
         t_measured = measured_compute_s(read_metrics(emu_dir), warmup)
         simulated = {**common, "backend": "simulated", "compute_time_s": t_measured}
-        replay = replayed(prepare(RunConfig(**{**simulated, "out": str(out / "simulated" /
-                                                                   method)})),
-                          read_metrics(emu_dir))
-        execute(replay, overwrite=overwrite, show_progress=show_progress)
-        planned = prepare(RunConfig(**{**simulated, "out": str(out / "simulated-own-plan" /
-                                                             method)}))
-        execute(planned, overwrite=overwrite, show_progress=show_progress)
-        rows.append(compare(method, emu_dir, Path(replay.out), Path(planned.out), warmup,
-                            t_measured, prepared.profile.compute_time_s))
+        runs = {}
+        for name, model, replay in (("simulated", fitted, True), ("simulated-ideal", None, True),
+                                    ("simulated-own-plan", fitted, False)):
+            run = prepare(RunConfig(**{**simulated, "transport_model": model,
+                                       "out": str(out / name / method)}))
+            run = replayed(run, read_metrics(emu_dir)) if replay else run
+            execute(run, overwrite=overwrite, show_progress=show_progress)
+            runs[name] = Path(run.out)
+        rows.append(compare(method, emu_dir, runs["simulated"], runs["simulated-own-plan"],
+                            warmup, t_measured, prepared.profile.compute_time_s,
+                            ideal_dir=runs["simulated-ideal"], transport_model=fitted))
         header = {"task": base.task, "profile": base.profile, "workers": base.workers,
                   "network": base.trace or base.regime, "topology": emulated.topology,
                   "max_iters": base.max_iters, "warmup_iterations": warmup,

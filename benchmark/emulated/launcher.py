@@ -206,7 +206,8 @@ def _start_ranks(run: PreparedRun, net: Any, mechanism: str, timeout_s: float, o
     network = {"namespaces": [net.worker_namespace(i) for i in range(config.workers)],
                "addresses": addresses, "shaping": "tc on each worker's egress (veth)",
                "launcher_latency_mechanism": mechanism,
-               "packet_loss": config.emulation.packet_loss}
+               "packet_loss": config.emulation.packet_loss,
+               "tcp": net.tcp.to_dict() if getattr(net, "tcp", None) else None}
     logs = out / "workers"
     logs.mkdir(exist_ok=True)
     threads = max(1, (os.cpu_count() or 1) // config.workers)

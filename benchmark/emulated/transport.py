@@ -58,6 +58,17 @@ FLAG_CHECKPOINT = 4
 this message."""
 KEEP_RECORDS = 64
 """Iterations of sent-message records kept after they were applied (headers refer back)."""
+KERNEL_IN_FLIGHT = 8
+"""Collectives in flight at once by default where the network adds the latency
+(:class:`~decobench.emulated.comm.Communicator`'s lanes): a collective then lasts at least a
+round trip, and a message sent with staleness τ overlaps the next τ only if τ + 1 are in
+flight; 8 covers the τ ≤ 7 that DeCo plans on the paper's conditions."""
+
+
+def default_in_flight(latency_mechanism: str, workers: int) -> int:
+    """Lanes by default: :data:`KERNEL_IN_FLIGHT` under kernel latency, else 1 (a collective
+    holds no latency, and one at a time is the time model's link)."""
+    return KERNEL_IN_FLIGHT if latency_mechanism == "kernel" and workers > 1 else 1
 
 
 @dataclass
@@ -128,7 +139,9 @@ class DistributedTransport:
                  trace_for: Callable[[int], Trace], latency_mechanism: str, timeout_s: float,
                  device: torch.device, addresses: tuple[str, ...] = (),
                  start_file: Path | None = None, group: Any = None,
-                 checkpoints: RankCheckpointer | None = None) -> None:
+                 checkpoints: RankCheckpointer | None = None,
+                 collectives_in_flight: int | None = None,
+                 calibrate_to: Path | None = None) -> None:
         self.rank, self.workers, self.topology = rank, workers, topology
         self.trace_for, self.latency_mechanism = trace_for, latency_mechanism
         self.rows = slice(rank, rank + 1)
@@ -136,6 +149,9 @@ class DistributedTransport:
         self.device = device
         self.timeout_s, self.addresses, self.group = timeout_s, addresses, group
         self.start_file = start_file
+        self.collectives_in_flight = (collectives_in_flight if collectives_in_flight
+                                      else default_in_flight(latency_mechanism, workers))
+        self.calibrate_to = calibrate_to
         self.clock = RankClock()
         self.comm: Communicator | None = None
         self.sent: dict[int, SentRecord] = {}
@@ -162,18 +178,50 @@ class DistributedTransport:
         self.trace = self.trace_for(d)
         delay = DeliveryDelay(self.trace, "kernel" if self.latency_mechanism == "kernel"
                               else "comm-layer", self.topology, self.workers)
+        groups, probe_group = self._lanes(delay)
         self.comm = Communicator(rank=self.rank, workers=self.workers, d=d, delay=delay,
                                  clock=self.clock.trace_s, timeout_s=self.timeout_s,
                                  device=self.device, addresses=self.addresses,
-                                 group=self.group)
+                                 group=self.group, groups=groups, probe_group=probe_group)
         resumed_at = 0.0
         if state is not None:
             resumed_at = self._restore(state)
+        elif self.calibrate_to is not None and self.workers > 1:
+            self._calibrate(groups[0] if groups else self.group)
         dist.barrier(group=self.group)
         self.clock.origin = time.monotonic() - resumed_at
         if self.leader and self.start_file is not None:
             write_text_atomic(self.start_file, f"{self.clock.origin!r}\n")
         self.comm.start()
+
+    def _calibrate(self, group: Any) -> None:
+        """Fit the transport model at the trace's first setting (every rank; the trace
+        player holds it until the start file exists) and let the leader write it."""
+        from decobench.emulated.calibrate import calibrate, write_model
+
+        rate, latency = self.trace.bandwidth_at(0.0), self.trace.latency_at(0.0)
+        model, timings = calibrate(self.workers, self.topology, rate, latency,
+                                   self.latency_mechanism != "kernel", group, self.device,
+                                   self.timeout_s)
+        if self.leader and self.calibrate_to is not None:
+            write_model(self.calibrate_to, model, timings,
+                        {"bandwidth_mbps": rate / 1e6, "latency_ms": latency * 1e3,
+                         "workers": self.workers, "topology": self.topology,
+                         "latency_mechanism": self.latency_mechanism})
+
+    def _lanes(self, delay: DeliveryDelay) -> tuple[list[Any], Any]:
+        """The communicator's process groups: none beyond ``group`` for one lane; else one
+        per lane, and a probe group under kernel latency (every rank opens them in the same
+        order, as ``new_group`` requires)."""
+        if self.collectives_in_flight <= 1 or self.workers <= 1:
+            return [], None
+        backend = dist.get_backend(self.group)
+        ranks = None if self.group is None else dist.get_process_group_ranks(self.group)
+        groups = [dist.new_group(ranks=ranks, backend=backend)
+                  for _ in range(self.collectives_in_flight)]
+        probe = (dist.new_group(ranks=ranks, backend=backend)
+                 if delay.mechanism == "kernel" else None)
+        return groups, probe
 
     def observations(self, iteration: int) -> list[Observation]:
         self._start = self.clock.train_s()

@@ -45,6 +45,7 @@ from decobench.sharding import check_batch_size
 from decobench.suite import identity
 from decobench.topology import topology_factors
 from decobench.tracking import NullTracker, RunTracker, TrackerFactory
+from decobench.transport_model import TRANSPORT_MODEL_FILE
 from decobench.wire import dense_wire_bits
 
 PROBE_FILE = "network_probe.json"
@@ -172,7 +173,10 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
     transport = DistributedTransport(
         env.rank, config.workers, config.topology, trace_for, settings.latency_mechanism,
         settings.timeout_s, device, addresses=settings.addresses,
-        start_file=settings.start_file, checkpoints=checkpoints)
+        start_file=settings.start_file, checkpoints=checkpoints,
+        collectives_in_flight=config.emulation.collectives_in_flight,
+        calibrate_to=(run.out / TRANSPORT_MODEL_FILE if config.emulation.calibrate_transport
+                      else None))
     leader = transport.leader
     rundir: RunDirectory | None = None
     tracker: RunTracker = NullTracker()
@@ -194,7 +198,8 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
         resolved["emulation"] = {
             "latency_mechanism": settings.latency_mechanism, "process_group": backend,
             "device": str(device), "torch_threads_per_rank": threads,
-            "timeout_s": settings.timeout_s, "time_basis": "measured", **settings.network}
+            "timeout_s": settings.timeout_s, "time_basis": "measured",
+            "collectives_in_flight": transport.collectives_in_flight, **settings.network}
         rundir.write_config(resolved)
         if probe is not None:
             write_text_atomic(rundir.path / PROBE_FILE,

@@ -1,0 +1,206 @@
+"""TCP on the emulated hosts, tuned for a long fat network (docs/emulation.md "TCP").
+
+The time model (deco-sgd.md §4) charges ``W / a`` for a message of ``W`` bits whatever came
+before it. Linux's TCP defaults do not: a connection starts with 10 packets in flight (about
+14 kB) and, by default, falls back to that after every pause longer than a retransmission
+timeout (``net.ipv4.tcp_slow_start_after_idle = 1``). On a 200 ms round trip a 29 kB message
+then takes two round trips instead of 12 ms at 20 Mbit/s, and DeCo's first plan read
+0.8 Mbit/s on a 20 Mbit/s link (measured, nfqueue, 2 workers). The emulated hosts therefore
+get the two settings a long-fat-network deployment would use:
+
+- ``net.ipv4.tcp_slow_start_after_idle = 0`` (per network namespace): a connection keeps its
+  window across the pauses between messages;
+- ``initcwnd`` and ``initrwnd`` on the link's routes (:func:`initial_window_packets`): a new
+  connection may send one bandwidth-delay product at once, and the receiver advertises as
+  much;
+- ``net.ipv4.tcp_rmem`` and ``tcp_wmem`` (per network namespace) start each socket's
+  buffers at :func:`buffer_bytes`: with Linux's 128 kB receive buffer a fresh connection's
+  window held a 125 kB all-gather back by one round trip (426 ms instead of 251 ms at 20
+  Mbit/s and 200 ms, measured), however large the congestion window.
+
+All are read back after they are set (:func:`check_tuning`); a mismatch stops the run
+naming the host. Where a container's ``/proc/sys`` is read-only, the sysctls come from the
+container's own settings (the generated ``docker/compose.yaml`` sets them on every worker)
+and are only checked. ``net.core.rmem_max`` / ``wmem_max`` are not per-namespace and are
+left alone (gloo asks for 32 MB per socket and the kernel grants up to them).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from decobench.errors import DecobenchError
+from decobench.netem.tc import TCP_PAYLOAD_BYTES, exec_in
+
+SLOW_START_AFTER_IDLE = "net.ipv4.tcp_slow_start_after_idle"
+"""The sysctl that restarts slow start after an idle period (0: keep the window)."""
+
+DEFAULT_INITIAL_WINDOW: int = 10
+"""Linux's own initial congestion window, in packets (RFC 6928)."""
+
+MAX_INITIAL_WINDOW: int = 4096
+"""Largest initial window set, in packets (about 5.9 MB): beyond it a connection grows its
+window in a few round trips anyway."""
+
+BUFFER_FLOOR_BYTES: int = 4 * 1024 * 1024
+"""Smallest default socket buffer set (4 MiB)."""
+
+BUFFER_CAP_BYTES: int = 64 * 1024 * 1024
+"""Largest default socket buffer set (64 MiB)."""
+
+BUFFER_SYSCTLS: tuple[str, ...] = ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem")
+"""Per-namespace socket buffer sizes (min, default, max in bytes)."""
+
+
+def initial_window_packets(rate_bps: float, latency_s: float) -> int:
+    """One bandwidth-delay product of full TCP payloads: ``ceil(a/8 · 2b / 1448)``, at least
+    Linux's 10 and at most :data:`MAX_INITIAL_WINDOW` (a round trip is ``2b``)."""
+    if not (math.isfinite(rate_bps) and rate_bps > 0 and math.isfinite(latency_s)
+            and latency_s >= 0):
+        raise DecobenchError(f"cannot size a TCP window for {rate_bps!r} bit/s and "
+                             f"{latency_s!r} s")
+    packets = math.ceil(rate_bps / 8 * 2 * latency_s / TCP_PAYLOAD_BYTES)
+    return max(DEFAULT_INITIAL_WINDOW, min(MAX_INITIAL_WINDOW, packets))
+
+
+def buffer_bytes(rate_bps: float, latency_s: float) -> int:
+    """Default socket buffer: four bandwidth-delay products (a window for the round trip plus
+    the queue a connection builds behind its own data), at least
+    :data:`BUFFER_FLOOR_BYTES`, at most :data:`BUFFER_CAP_BYTES`."""
+    bdp = rate_bps / 8 * 2 * latency_s
+    return int(max(BUFFER_FLOOR_BYTES, min(BUFFER_CAP_BYTES, math.ceil(4 * bdp))))
+
+
+def buffer_value(size: int) -> str:
+    """A ``tcp_rmem`` / ``tcp_wmem`` value with ``size`` as the default: min 4096, max at
+    least 32 MiB."""
+    return f"4096 {size} {max(size, 32 * 1024 * 1024)}"
+
+
+@dataclass(frozen=True)
+class TcpTuning:
+    """What :func:`apply_tuning` sets on one host: the initial window in packets and the
+    default socket buffer in bytes."""
+
+    initial_window: int
+    buffer_bytes: int = BUFFER_FLOOR_BYTES
+
+    def to_dict(self) -> dict[str, int | str]:
+        return {"initcwnd": self.initial_window, "initrwnd": self.initial_window,
+                SLOW_START_AFTER_IDLE: 0,
+                **{key: buffer_value(self.buffer_bytes) for key in BUFFER_SYSCTLS}}
+
+
+def sysctl_commands(netns: str | None = None,
+                    buffer: int = BUFFER_FLOOR_BYTES) -> list[list[str]]:
+    """Keep the congestion window across idle periods and start sockets with ``buffer``
+    bytes (all per network namespace)."""
+    return [[*exec_in(netns), "sysctl", "-qw", f"{SLOW_START_AFTER_IDLE}=0"],
+            *([*exec_in(netns), "sysctl", "-qw", f"{key}={buffer_value(buffer)}"]
+              for key in BUFFER_SYSCTLS)]
+
+
+def sysctl_read_commands(netns: str | None = None) -> list[list[str]]:
+    """The sysctls' values as :func:`check_tuning` reads them (one line each, in the order
+    slow start after idle, tcp_rmem, tcp_wmem)."""
+    return [[*exec_in(netns), "sysctl", "-n", SLOW_START_AFTER_IDLE, *BUFFER_SYSCTLS]]
+
+
+def routes_commands(dev: str, netns: str | None = None) -> list[list[str]]:
+    """``ip route show dev DEV``: the routes :func:`route_commands` rewrites."""
+    return [[*exec_in(netns), "ip", "route", "show", "dev", dev]]
+
+
+_WINDOW_KEYS = ("initcwnd", "initrwnd")
+_STATE_FLAGS = ("linkdown", "dead", "offload", "trap", "rt_offload", "rt_trap")
+"""Words ``ip route show`` prints about a route's state, which ``ip route change`` refuses."""
+
+
+def route_commands(routes: str, dev: str, window: int,
+                   netns: str | None = None) -> list[list[str]]:
+    """``ip route change ROUTE dev DEV initcwnd W initrwnd W`` for each line of ``routes``
+    (the output of :func:`routes_commands`), keeping everything else the route says."""
+    commands = []
+    for line in routes.splitlines():
+        tokens = line.split()
+        if not tokens:
+            continue
+        kept: list[str] = []
+        skip = False
+        for token in tokens:
+            if skip:
+                skip = False
+                continue
+            if token in _WINDOW_KEYS:
+                skip = True
+                continue
+            if token not in _STATE_FLAGS:
+                kept.append(token)
+        commands.append([*exec_in(netns), "ip", "route", "change", *kept, "dev", dev,
+                         "initcwnd", str(window), "initrwnd", str(window)])
+    if not commands:
+        raise DecobenchError(f"{dev} has no routes to set the TCP window on "
+                             f"({'namespace ' + netns if netns else 'this host'})")
+    return commands
+
+
+def check_tuning(routes: str, sysctls: str, window: int, where: str,
+                 buffer: int = BUFFER_FLOOR_BYTES) -> None:
+    """Raise naming ``where`` unless every route of the device carries ``initcwnd`` and
+    ``initrwnd`` equal to ``window``, slow start after idle is off and both socket buffers
+    start at ``buffer`` bytes or more (``sysctls``: :func:`sysctl_read_commands`' output)."""
+    lines = sysctls.strip().splitlines()
+    fix = "(in a container, set it with the container's sysctls, as docker/compose.yaml does)"
+    if not lines or lines[0].strip() != "0":
+        raise DecobenchError(
+            f"{where}: {SLOW_START_AFTER_IDLE} is {(lines[:1] or [''])[0].strip()!r}, not 0: "
+            f"TCP would restart slow start after every pause between messages {fix}")
+    for key, line in zip(BUFFER_SYSCTLS, lines[1:], strict=False):
+        values = line.split()
+        if len(values) != 3 or int(values[1]) < buffer:
+            raise DecobenchError(f"{where}: {key} is {line.strip()!r}, its default below "
+                                 f"{buffer} bytes: a fresh connection's window would hold "
+                                 f"messages back by a round trip {fix}")
+    if len(lines) < 1 + len(BUFFER_SYSCTLS):
+        raise DecobenchError(f"{where}: could not read {', '.join(BUFFER_SYSCTLS)}")
+    lines = [line for line in routes.splitlines() if line.strip()]
+    if not lines:
+        raise DecobenchError(f"{where}: the link has no routes")
+    for line in lines:
+        for key in _WINDOW_KEYS:
+            found = re.search(rf"\b{key} (\d+)", line)
+            if found is None or int(found.group(1)) != window:
+                raise DecobenchError(f"{where}: route {line.strip()!r} does not carry "
+                                     f"{key} {window}")
+
+
+def apply_tuning(run: Callable[[list[str]], object], read: Callable[[list[str]], str],
+                 dev: str, window: int, netns: str | None, where: str,
+                 buffer: int = BUFFER_FLOOR_BYTES) -> TcpTuning:
+    """Set (``run``) and read back (``read``, returning stdout) the tuning of one host.
+
+    A sysctl that cannot be written (a container's read-only ``/proc/sys``) is only checked:
+    the read-back names the fix if it is not already 0."""
+    for argv in sysctl_commands(netns, buffer):
+        try:
+            run(argv)
+        except Exception:  # noqa: BLE001 - read-only /proc/sys: the check below decides
+            pass
+    routes = "".join(read(argv) for argv in routes_commands(dev, netns))
+    for argv in route_commands(routes, dev, window, netns):
+        run(argv)
+    check_tuning("".join(read(argv) for argv in routes_commands(dev, netns)),
+                 "".join(read(argv) for argv in sysctl_read_commands(netns)), window, where,
+                 buffer)
+    return TcpTuning(window, buffer)
+
+
+__all__: Sequence[str] = ["BUFFER_CAP_BYTES", "BUFFER_FLOOR_BYTES", "BUFFER_SYSCTLS",
+                          "DEFAULT_INITIAL_WINDOW", "MAX_INITIAL_WINDOW", "buffer_bytes",
+                          "buffer_value",
+                          "SLOW_START_AFTER_IDLE", "TcpTuning", "apply_tuning", "check_tuning",
+                          "initial_window_packets", "route_commands", "routes_commands",
+                          "sysctl_commands", "sysctl_read_commands"]

@@ -1,0 +1,167 @@
+"""Transport models (decobench.transport_model): the event clock's charge with a fitted
+model, hand-checked; the calibration fit recovering a known model; loading and identity;
+the fidelity's first-plan comparison; a simulated run that uses a model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from decobench.emulated.calibrate import Timing, fit_cost
+from decobench.emulated.fidelity import first_plan, plans_agree
+from decobench.errors import DecobenchError
+from decobench.estimators import LinkEstimator
+from decobench.simulated import _observation
+from decobench.timemodel import ConstantLink, EventClock
+from decobench.transport_model import (
+    IDEAL,
+    CollectiveCost,
+    TransportModel,
+    load_transport_model,
+)
+
+SPARSE = CollectiveCost(latency_multiplier=2.0, goodput=0.5, burst_bits=0.4e6)
+MODEL = TransportModel("test", all_gather=SPARSE, all_reduce=CollectiveCost(3.0, 1.0, 0.0))
+
+
+def test_ideal_model_is_the_time_model():
+    link = ConstantLink(20e6, 0.1)
+    a, b = EventClock(link), EventClock(link, transport=IDEAL)
+    for _ in range(5):
+        assert a.step(0.05, 2e6, 1, False) == b.step(0.05, 2e6, 1, False)
+
+
+def test_fitted_model_charges_burst_goodput_and_latency_by_hand():
+    # 2 Mbit at 20 Mbit/s: (2 - 0.4) Mbit / 0.5 goodput = 3.2 Mbit at the rate -> 0.16 s;
+    # delivered 2 x 1 x 0.1 s later (paper topology: h = l = 1)
+    clock = EventClock(ConstantLink(20e6, 0.1), transport=MODEL)
+    t = clock.step(0.05, 2e6, 0, False)
+    assert t.tx_start_s == pytest.approx(0.05)
+    assert t.tx_end_s == pytest.approx(0.05 + 0.16)
+    assert t.arrive_s == pytest.approx(0.05 + 0.16 + 0.2)
+    assert (t.link_bits, t.latency_factor) == (2e6, 1.0)      # what an estimator divides by
+    # the next iteration waits for it (τ = 0): starts at 0.41
+    assert clock.step(0.05, 2e6, 0, False).start_s == pytest.approx(0.41)
+    # a dense message uses the all-reduce cost: 2 Mbit at the rate, 3 x 0.1 s latency
+    dense = EventClock(ConstantLink(20e6, 0.1), transport=MODEL).step(0.05, 2e6, 0, True)
+    assert dense.arrive_s - dense.tx_end_s == pytest.approx(0.3)
+    # a message inside the burst costs no link time
+    small = EventClock(ConstantLink(20e6, 0.1), transport=MODEL).step(0.05, 0.3e6, 0, False)
+    assert small.tx_end_s == small.tx_start_s
+
+
+def test_estimators_read_what_the_transport_delivers():
+    """DeCo's â and b̂ on the simulated clock with a model are the transport's, as the
+    emulated ranks measure them: â = hW / (tx time), b̂ = m·b."""
+    clock = EventClock(ConstantLink(20e6, 0.1), transport=MODEL)
+    seen = _observation(clock.step(0.05, 2e6, 0, False))
+    estimator = LinkEstimator(alpha=1.0)
+    estimator.observe_transfer(seen.link_bits, seen.tx_start_s, seen.tx_end_s, seen.arrive_s,
+                               seen.latency_factor)
+    estimator.observe_compute(0.05)
+    estimate = estimator.estimate()
+    assert estimate.bandwidth_bps == pytest.approx(2e6 / 0.16)
+    assert estimate.latency_s == pytest.approx(0.2)
+
+
+@settings(max_examples=50, deadline=None)
+@given(m=st.floats(0.5, 4.0), g=st.floats(0.3, 1.5), burst=st.floats(0.0, 1e5),
+       rate=st.floats(1e6, 1e9), b=st.floats(0.001, 0.3), n=st.integers(2, 8))
+def test_calibration_fit_recovers_the_model_that_made_the_timings(m, g, burst, rate, b, n):
+    l_hops = float(n - 1)
+    fixed = m * l_hops * b
+    sizes = [burst + rate * s * g for s in (0.01, 0.05, 0.25, 1.0)]
+    timings = [Timing("all_gather", 0.0, fixed)] + [
+        Timing("all_gather", x, fixed + (x - burst) / (g * rate)) for x in sizes]
+    cost = fit_cost(timings, rate, b, l_hops, added_latency_s=0.0)
+    assert cost.latency_multiplier == pytest.approx(m, rel=1e-6)
+    assert cost.goodput == pytest.approx(g, rel=1e-6)
+    assert cost.burst_bits == pytest.approx(burst, rel=1e-6, abs=1e-3)
+
+
+def test_calibration_fit_under_comm_layer_and_a_per_collective_cost():
+    # the comm layer adds l·b after the collective; an intercept above the empty
+    # collective's time is a per-collective cost, not a negative burst
+    rate, b = 20e6, 0.1
+    timings = [Timing("all_reduce", 0.0, 0.002)] + [
+        Timing("all_reduce", x, 0.002 + 0.03 + x / rate) for x in (1e6, 5e6, 20e6)]
+    cost = fit_cost(timings, rate, b, latency_factor=2.0, added_latency_s=0.2)
+    assert cost.burst_bits == 0.0 and cost.goodput == pytest.approx(1.0)
+    assert cost.latency_multiplier == pytest.approx((0.032 + 0.2) / 0.2)
+    with pytest.raises(DecobenchError, match="at least two sizes"):
+        fit_cost(timings[:2], rate, b, 2.0, 0.0)
+    flat = [Timing("all_reduce", 0.0, 0.1)] + [Timing("all_reduce", x, 0.2) for x in (1e6, 2e6)]
+    with pytest.raises(DecobenchError, match="larger collectives did not take longer"):
+        fit_cost(flat, rate, b, 2.0, 0.0)
+
+
+def test_load_a_model_file_or_run_directory_and_refuse_bad_ones(tmp_path):
+    assert load_transport_model("ideal") is IDEAL
+    (tmp_path / "transport_model.json").write_text(json.dumps(MODEL.to_dict()))
+    assert load_transport_model(tmp_path) == MODEL
+    assert load_transport_model(tmp_path / "transport_model.json") == MODEL
+    with pytest.raises(DecobenchError, match="no such file .*--calibrate-transport"):
+        load_transport_model(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(DecobenchError, match="not JSON"):
+        load_transport_model(tmp_path / "bad.json")
+    (tmp_path / "odd.json").write_text(json.dumps({"name": "x", "all_gather": {}}))
+    with pytest.raises(DecobenchError, match="not a transport model"):
+        load_transport_model(tmp_path / "odd.json")
+    with pytest.raises(DecobenchError, match="goodput must be in"):
+        CollectiveCost(goodput=0.0)
+
+
+def test_identity_counts_a_model_by_its_numbers(tmp_path):
+    from decobench.config import RunConfig
+    from decobench.suite import identity
+
+    base = {"task": "cnn-fmnist", "method": "d-sgd", "trace": "constant-20mbps-100ms"}
+    plain = identity(RunConfig(**base))
+    assert identity(RunConfig(**base, transport_model="ideal")) == plain
+    one, other = tmp_path / "a.json", tmp_path / "b.json"
+    one.write_text(json.dumps(MODEL.to_dict()))
+    other.write_text(json.dumps({**MODEL.to_dict(), "source": "elsewhere"}))
+    fitted = identity(RunConfig(**base, transport_model=str(one)))
+    assert fitted != plain
+    changed = {**MODEL.to_dict(), "all_gather": {**MODEL.to_dict()["all_gather"], "goodput": 0.6}}
+    other.write_text(json.dumps(changed))
+    assert identity(RunConfig(**base, transport_model=str(other))) != fitted
+
+
+def test_first_plans_compare_delta_and_tau():
+    rows = [{"iteration": 2, "delta": 0.01, "tau": 0},
+            {"iteration": 3, "delta": 0.2, "tau": 3, "plan_phi": 7.0},
+            {"iteration": 9, "delta": 0.3, "tau": 2, "plan_phi": 5.0}]
+    assert first_plan(rows) == (0.2, 3)
+    assert first_plan([{"iteration": 1, "delta": 1.0, "tau": 0}]) is None
+    assert plans_agree((0.21, 3), (0.2, 3)) is True
+    assert plans_agree((0.23, 3), (0.2, 3)) is False
+    assert plans_agree((0.2, 4), (0.2, 3)) is False
+    assert plans_agree(None, (0.2, 3)) is None
+
+
+def test_a_simulated_run_with_a_model_is_slower_and_says_so(tmp_path, fmnist_root):
+    import yaml
+
+    from decobench.cli import main
+    from decobench.rundir import read_summary
+
+    (tmp_path / "model.json").write_text(json.dumps(MODEL.to_dict()))
+    common = ["run", "--task", "cnn-fmnist", "--profile", "cpu", "--workers", "2",
+              "--method", "d-sgd", "--trace", "constant-20mbps-100ms", "--max-iters", "3",
+              "--eval-every", "3", "--data-root", str(fmnist_root), "--no-progress",
+              "--no-wandb"]
+    assert main([*common, "--out", str(tmp_path / "ideal")]) == 0
+    assert main([*common, "--transport-model", str(tmp_path / "model.json"),
+                 "--out", str(tmp_path / "fitted")]) == 0
+    ideal, fitted = read_summary(tmp_path / "ideal"), read_summary(tmp_path / "fitted")
+    assert fitted["sim_time_s"] > ideal["sim_time_s"]
+    config = yaml.safe_load((tmp_path / "fitted" / "config.yaml").read_text())
+    assert config["transport"]["all_reduce"]["latency_multiplier"] == 3.0
+    assert "transport" not in yaml.safe_load((tmp_path / "ideal" / "config.yaml").read_text())
+    assert main([*common, "--backend", "emulated", "--transport-model",
+                 str(tmp_path / "model.json"), "--out", str(tmp_path / "emu")]) == 2
