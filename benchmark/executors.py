@@ -102,12 +102,12 @@ class LocalExecutor(CellExecutor):
         if not cancel:
             self.pool.shutdown(wait=True)
             return
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        workers = multiprocessing.active_children()
+        workers = multiprocessing.active_children()   # killed first: nothing goes on training
         for process in workers:
             process.kill()
         for process in workers:
             process.join(timeout=5)
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 class RayExecutor(CellExecutor):

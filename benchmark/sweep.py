@@ -37,6 +37,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -305,6 +306,33 @@ def _record_failure(out: Path, cell: Cell, error: str) -> None:
                                  "error": error}) + "\n")
 
 
+INTERRUPT_POLL_S: float = 0.2
+"""How often the parallel sweep looks for a Ctrl-C or SIGTERM (:func:`_deferred_interrupts`)."""
+
+
+@contextmanager
+def _deferred_interrupts() -> Iterator[threading.Event]:
+    """While the cells run in parallel, Ctrl-C and SIGTERM set an event that the sweep's loop
+    checks between waits, instead of raising ``KeyboardInterrupt`` wherever the main thread
+    is. Raised inside ``concurrent.futures`` (say between a lock's acquire and its ``with``
+    block) it can leave a lock held: seen once in make test, the sweep printed nothing
+    after Ctrl-C and it and both workers were still training 15 minutes later. Outside the
+    main thread (where no handler can be set) the signals keep their handlers."""
+    import signal
+
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {signum: signal.signal(signum, lambda *_: stop.set())
+                for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def execute_sweep(plan: SweepPlan, jobs: int, wandb: bool = True, show_progress: bool = True,
                   executor: ExecutorConfig | None = None,
                   queue: CellQueue | None = None) -> list[tuple[Cell, str]]:
@@ -328,14 +356,17 @@ def execute_sweep(plan: SweepPlan, jobs: int, wandb: bool = True, show_progress:
     runner = executor.build(plan.out, wandb, jobs)
     try:
         with SweepProgress(total=len(plan.cells), done=len(plan.done),
-                           enabled=show_progress) as bar:
+                           enabled=show_progress) as bar, _deferred_interrupts() as stop:
             pending: dict[Future, tuple[Cell, Any]] = {}
 
             def submit(ready: list[tuple[Cell, Any]]) -> None:
                 pending.update(zip(runner.submit(ready), ready, strict=True))
             submit(queue.ready())
             while pending:
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                finished, _ = wait(pending, timeout=INTERRUPT_POLL_S,
+                                   return_when=FIRST_COMPLETED)
+                if stop.is_set():
+                    raise KeyboardInterrupt
                 for future in finished:
                     cell, reuse = pending.pop(future)
                     ok = _settle(plan, cell, future.result, bar, failures)

@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from decobench.errors import DecobenchError
@@ -93,6 +94,11 @@ class Runner(Protocol):
     def run(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]: ...
 
 
+PACKAGE_OF: dict[str, str] = {"ip": "iproute2", "tc": "iproute2", "iptables": "iptables",
+                              "sh": "dash", "cat": "coreutils"}
+"""The Debian package of each program the shapers run, for the error when one is missing."""
+
+
 @dataclass(frozen=True)
 class SubprocessRunner:
     """The real runner: ``subprocess.run`` with captured output and a timeout."""
@@ -106,9 +112,11 @@ class SubprocessRunner:
                 args, capture_output=True, text=True, timeout=self.timeout_s, check=False
             )
         except FileNotFoundError:
+            package = PACKAGE_OF.get(Path(args[0]).name, "the package that provides it")
             raise DecobenchError(
                 f"{args[0]}: command not found (needed for: {format_command(args)}); "
-                "install iproute2 (e.g. `apt-get install iproute2`)"
+                f"install {package}" + (f" (e.g. `apt-get install {package}`)"
+                                        if package in PACKAGE_OF.values() else "")
             ) from None
         except subprocess.TimeoutExpired:
             raise DecobenchError(

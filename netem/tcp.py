@@ -94,19 +94,30 @@ class TcpTuning:
                 **{key: buffer_value(self.buffer_bytes) for key in BUFFER_SYSCTLS}}
 
 
+def proc_path(key: str) -> str:
+    """The ``/proc/sys`` file of a sysctl (``net.ipv4.tcp_rmem`` -> ``/proc/sys/net/ipv4/tcp_rmem``).
+
+    The sysctls are written and read through these files, not the ``sysctl`` program: slim
+    images (``python:3.11-slim``, a debootstrap minbase) have no procps, and a network
+    namespace's ``/proc/sys/net`` is the namespace's own."""
+    return "/proc/sys/" + key.replace(".", "/")
+
+
 def sysctl_commands(netns: str | None = None,
                     buffer: int = BUFFER_FLOOR_BYTES) -> list[list[str]]:
     """Keep the congestion window across idle periods and start sockets with ``buffer``
     bytes (all per network namespace)."""
-    return [[*exec_in(netns), "sysctl", "-qw", f"{SLOW_START_AFTER_IDLE}=0"],
-            *([*exec_in(netns), "sysctl", "-qw", f"{key}={buffer_value(buffer)}"]
-              for key in BUFFER_SYSCTLS)]
+    values = {SLOW_START_AFTER_IDLE: "0",
+              **{key: buffer_value(buffer) for key in BUFFER_SYSCTLS}}
+    return [[*exec_in(netns), "sh", "-c", f"echo {value} > {proc_path(key)}"]
+            for key, value in values.items()]
 
 
 def sysctl_read_commands(netns: str | None = None) -> list[list[str]]:
     """The sysctls' values as :func:`check_tuning` reads them (one line each, in the order
     slow start after idle, tcp_rmem, tcp_wmem)."""
-    return [[*exec_in(netns), "sysctl", "-n", SLOW_START_AFTER_IDLE, *BUFFER_SYSCTLS]]
+    return [[*exec_in(netns), "cat", proc_path(SLOW_START_AFTER_IDLE),
+             *(proc_path(key) for key in BUFFER_SYSCTLS)]]
 
 
 def routes_commands(dev: str, netns: str | None = None) -> list[list[str]]:
@@ -202,5 +213,5 @@ __all__: Sequence[str] = ["BUFFER_CAP_BYTES", "BUFFER_FLOOR_BYTES", "BUFFER_SYSC
                           "DEFAULT_INITIAL_WINDOW", "MAX_INITIAL_WINDOW", "buffer_bytes",
                           "buffer_value",
                           "SLOW_START_AFTER_IDLE", "TcpTuning", "apply_tuning", "check_tuning",
-                          "initial_window_packets", "route_commands", "routes_commands",
+                          "initial_window_packets", "proc_path", "route_commands", "routes_commands",
                           "sysctl_commands", "sysctl_read_commands"]

@@ -29,15 +29,18 @@ class TcEcho:
     def is_tuning(argv: list[str]) -> bool:
         """The TCP tuning's commands (decobench.netem.tcp): routes and the sysctl."""
         _, words = _split(list(argv))
-        return words[:2] == ["ip", "route"] or words[:1] == ["sysctl"]
+        return words[:2] == ["ip", "route"] or (
+            words[:1] in (["cat"], ["sh"]) and "/proc/sys/" in " ".join(words))
 
     def _tuning(self, ns: str | None, words: list[str]) -> str:
-        if words[:1] == ["sysctl"]:
-            if words[1] == "-n":
-                return "".join(self.sysctls.get((ns, key), LINUX_DEFAULTS.get(key, "1")) + "\n"
-                               for key in words[2:])
-            key, value = words[-1].split("=", 1)
-            self.sysctls[(ns, key)] = value.replace(" ", "\t")
+        if words[:1] == ["cat"]:                    # cat /proc/sys/net/ipv4/KEY...
+            keys = [w.removeprefix("/proc/sys/").replace("/", ".") for w in words[1:]]
+            return "".join(self.sysctls.get((ns, key), LINUX_DEFAULTS.get(key, "1")) + "\n"
+                           for key in keys)
+        if words[:1] == ["sh"]:                     # sh -c "echo VALUE > /proc/sys/..."
+            value, path = words[2].removeprefix("echo ").split(" > ")
+            self.sysctls[(ns, path.removeprefix("/proc/sys/").replace("/", "."))] = \
+                value.replace(" ", "\t")
             return ""
         dev = words[words.index("dev") + 1]
         if words[2] == "show":

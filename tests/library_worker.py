@@ -41,7 +41,7 @@ def main(mode: str, out: str) -> None:
     else:
         step = DecoOptimizerStep(net.parameters(), method=method, options=options)
     optimizer = torch.optim.SGD(net.parameters(), lr=LR, momentum=MOMENTUM)
-    losses, deltas, taus = [], [], []
+    losses, deltas, taus, plans = [], [], [], []
     for k in range(STEPS):
         x, y = batch(rank, k)
         optimizer.zero_grad()
@@ -55,10 +55,12 @@ def main(mode: str, out: str) -> None:
         losses.append(float(loss))
         deltas.append(info.delta)
         taus.append(info.staleness)
+        plans.append(info.log.get("plan_bandwidth_mbps"))   # a re-plan's measured bandwidth
     (state if mode == "hook" else step).close()
     params = torch.nn.utils.parameters_to_vector(net.parameters()).tolist()
     with open(f"{out}.rank{rank}.json", "w") as handle:
-        json.dump({"losses": losses, "deltas": deltas, "taus": taus, "params": params}, handle)
+        json.dump({"losses": losses, "deltas": deltas, "taus": taus, "plans": plans,
+                   "params": params}, handle)
     dist.destroy_process_group()
 
 

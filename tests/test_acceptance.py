@@ -6,12 +6,18 @@ accuracy 0.75, each of the five methods of the paper's comparison: every method 
 target, DeCo-SGD is the fastest and at least 3x faster than D-SGD, DeCo's δ follows the
 bandwidth it measured, and CocktailSGD runs DeCo's first plan, frozen. Simulated times are
 deterministic, so these are not timed asserts.
+
+About 2.5 minutes on 2 cores (five runs to 0.75), so it runs in ``make test-slow``; ``make
+test`` keeps the smoke sweep (tests/test_sweep_smoke.py) and the CI smoke check
+(tests/test_ci_workflow.py) as its end-to-end runs.
 """
 
 import pytest
 
 from decobench.cli import main
 from decobench.rundir import read_metrics, read_summary
+
+pytestmark = pytest.mark.slow
 
 METHODS = ("d-sgd", "accordion", "dga", "cocktail-sgd", "deco-sgd")
 

@@ -97,6 +97,7 @@ def test_emulated_sweep_without_root_stops_before_any_run(tmp_path, fmnist_root)
     assert not (tmp_path / "out" / "runs").exists()
 
 
+@pytest.mark.slow  # about 65 s: two emulated runs (make test-slow)
 def test_a_suite_runs_on_the_emulated_backend_one_cell_at_a_time(tmp_path, fmnist_root, root):
     out = tmp_path / "results"
     args = ["sweep", str(_suite(tmp_path)), "--out", str(out), "--backend", "emulated",

@@ -80,17 +80,17 @@ def stack(request, tmp_path_factory, fmnist_root):
                                timeout=300)
         seen["worker_exit_codes"] = [int(x) for x in waited.stdout.split()]
         phase("run")
-        run_dir = work / "run"
-        engine.docker("cp", f"{tag}-worker-0:/results/run", str(run_dir))
         engine.compose(compose_dir, "stop", env=env)
         seen["exit_codes"] = {
             name: int(engine.docker("inspect", "-f", "{{.State.ExitCode}}",
                                     f"{tag}-{name}").stdout)
             for name in SERVICES}
-        seen["logs"] = {name: engine.docker("logs", f"{tag}-{name}").stdout.decode()
-                        + engine.docker("logs", f"{tag}-{name}").stderr.decode()
-                        for name in SERVICES}
-        seen["run_dir"] = run_dir
+        seen["logs"] = {name: _logs(engine, f"{tag}-{name}") for name in SERVICES}
+        # the logs are kept first, so that a run that wrote nothing still says why
+        run_dir = work / "run"
+        copied = engine.docker("cp", f"{tag}-worker-0:/results/run", str(run_dir), check=False)
+        seen["run_dir"] = run_dir if copied.returncode == 0 else None
+        seen["copy_error"] = copied.stderr.decode(errors="replace")
         seen["disk_bytes"] = disk_usage_bytes(engine.root)
         engine.compose(compose_dir, "down", "-v", env=env)
         seen["containers_left"] = engine.docker("ps", "-aq").stdout.decode().split()
@@ -107,9 +107,24 @@ def stack(request, tmp_path_factory, fmnist_root):
     return seen
 
 
+def _logs(engine: PrivateEngine, container: str) -> str:
+    out = engine.docker("logs", container, check=False)
+    return out.stdout.decode(errors="replace") + out.stderr.decode(errors="replace")
+
+
+def _run_dir(stack) -> Path:
+    """The copied run directory, or a failure that shows why there is none."""
+    if stack["run_dir"] is None:
+        pytest.fail(f"no run directory in the results volume ({stack['copy_error'].strip()}); "
+                    f"worker exit codes {stack['worker_exit_codes']}; worker-0 log:\n"
+                    f"{stack['logs']['worker-0'][-3000:]}\nshaper-0 log:\n"
+                    f"{stack['logs']['shaper-0'][-1500:]}")
+    return stack["run_dir"]
+
+
 def test_the_workers_finish_and_the_run_directory_is_complete(stack):
     assert stack["worker_exit_codes"] == [0] * WORKERS, stack["logs"]["worker-0"][-3000:]
-    run_dir: Path = stack["run_dir"]
+    run_dir = _run_dir(stack)
     names = {p.name for p in run_dir.iterdir()}
     assert {"config.yaml", "metrics.jsonl", "summary.json"} <= names
     assert "failure.json" not in names and not any(n.endswith(".partial") for n in names)
@@ -135,7 +150,7 @@ def test_the_trace_player_shapes_each_link_and_logs_its_changes(stack):
 
 
 def test_the_ranks_probed_every_link_within_10_percent_before_training(stack):
-    probe = json.loads((stack["run_dir"] / "network_probe.json").read_text())
+    probe = json.loads((_run_dir(stack) / "network_probe.json").read_text())
     assert probe["ok"] and probe["probed_by"] == "ranks" and probe["problems"] == []
     assert probe["latency_mechanism"] in ("netem", "nfqueue")   # the shaper's, not "kernel"
     assert [(link["src"], link["dst"]) for link in probe["links"]] == [(0, 1), (1, 0)]

@@ -40,10 +40,10 @@ def _emulatable() -> list[str]:
     return sorted(name for name, spec in method_specs().items() if spec.emulation is None)
 
 
-IN_MAKE_TEST = ("d-sgd", "deco-sgd", "cocktail-sgd")
-"""The per-method netns runs in make test: a dense all-reduce, an adaptive sparse method
-and a method with its own wire format; the others (25-30 s each) run in make test-slow,
-and every method's trajectory is checked on loopback ranks in make test
+IN_MAKE_TEST = ("deco-sgd",)
+"""The per-method netns run in make test: the adaptive method, whose plan reads the link;
+the others (30-40 s each: D-SGD's dense all-reduce, CocktailSGD's own wire format, ...)
+run in make test-slow, as do the loopback agreement runs of the methods beyond three
 (tests/test_emulated_ranks.py)."""
 
 
@@ -77,7 +77,15 @@ def test_two_worker_emulated_run(tmp_path, fmnist_root, method):
         # 0.45 Mbit/s before the split)
         plans = [r for r in rows if "plan_latency_ms" in r]
         assert plans and plans[0]["plan_latency_ms"] >= 90, plans[0]
-        assert plans[0]["plan_bandwidth_mbps"] <= 22, plans[0]
+        # the bandwidth comes from the warm-up messages (δ = 0.01: 232 kbit, 11.6 ms on the
+        # link), so a few ms of timing noise (the delayer's release lag reaches 5-8 ms
+        # under load) moves it by tens of percent (25.9 Mbit/s measured once, a sweep on the
+        # other core): judge it by the transmission time it implies. A burst that let the
+        # message through in 2.4 ms (97 Mbit/s, before tc's burst was sized to 1 ms of the
+        # rate) fails this
+        warmup_bits = rows[0]["bits"]
+        implied_s = warmup_bits / (plans[0]["plan_bandwidth_mbps"] * 1e6)
+        assert abs(implied_s - warmup_bits / 20e6) <= 0.004, (implied_s, plans[0])
     if method[1] == "d-sgd":
         # a dense fp32 message of 32·454,922 bits over a 20 Mbit/s ring (h = 1 for n = 2)
         # takes 0.73 s, plus l·b = 2 · 0.1 s: an iteration cannot be faster than that

@@ -108,7 +108,14 @@ def _emulatable() -> list[str]:
     return sorted(name for name, spec in method_specs().items() if spec.emulation is None)
 
 
-@pytest.mark.parametrize("method", _emulatable())
+AGREE_IN_MAKE_TEST = ("cocktail-sgd", "d-sgd", "deco-sgd")
+"""The loopback agreement runs in make test (a dense all-reduce, CocktailSGD's own wire format
+and DeCo's replayed plan, 8-10 s each); the other methods' run in make test-slow."""
+
+
+@pytest.mark.parametrize("method", [
+    pytest.param(name, marks=() if name in AGREE_IN_MAKE_TEST else pytest.mark.slow)
+    for name in _emulatable()])
 def test_every_emulatable_method_agrees_with_the_simulated_run(tmp_path, fmnist_root, method):
     """Per iteration: the same δ, τ and bits, and the same loss (the mean over the workers)
     within float32 tolerance; the same accuracy at the end."""

@@ -181,9 +181,10 @@ def test_refine_pass_brackets_a_jump_within_e_f(tmp_path, fmnist_root):
 
 
 @pytest.mark.parametrize(("targets", "refined"), [
-    ({"milestones": [0.4], "target": 0.55, "stop_at_target": False}, 2),
-    ({"target": 0.55, "stop_at_target": True}, 1),
-], ids=["milestone-and-target", "stop-at-target"])
+    pytest.param({"milestones": [0.4], "target": 0.55, "stop_at_target": False}, 2,
+                 marks=pytest.mark.slow, id="milestone-and-target"),  # 17 s: make test-slow
+    pytest.param({"target": 0.55, "stop_at_target": True}, 1, id="stop-at-target"),
+])
 def test_a_refine_pass_from_the_kept_state_equals_a_replay_from_the_start(
         tmp_path, fmnist_root, monkeypatch, targets, refined):
     """The refine pass starts from the first pass's state at the evaluation opening the first

@@ -91,6 +91,7 @@ def _kill_when(process: subprocess.Popen, ready) -> None:
     process.wait()
 
 
+@pytest.mark.slow  # about 30 s (make test-slow); one kill and resume runs in make test
 def test_killed_twice_resumes_to_the_uninterrupted_result(tmp_path, fmnist_root, capsys):
     suite_path = _suite(tmp_path, fmnist_root, seeds=[0], max_iters=30, target=0.9)
     whole, killed = tmp_path / "whole", tmp_path / "killed"

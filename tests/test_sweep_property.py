@@ -73,7 +73,7 @@ def _suite(tmp_path, kind: str, rows, changed: dict) -> dict:
 
 @given(data=st.data(), kind=st.sampled_from(["constant", "ratios", "trace"]), rows=_rows,
        changed=st.sets(st.sampled_from(sorted(FIELDS)), max_size=3))
-@settings(max_examples=40, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+@settings(max_examples=20, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_sweep_property_one_line_or_finished_runs(tmp_path_factory, fmnist_root, capsys, data,
                                                   kind, rows, changed):

@@ -65,7 +65,7 @@ def test_a_read_only_sysctl_is_checked_not_trusted():
     echo = TcEcho()
 
     def read_only(argv):
-        if "sysctl" in argv and "-qw" in argv:
+        if "sh" in argv and "/proc/sys/" in argv[-1]:
             raise PermissionError("/proc/sys is read-only")
         return echo.answer(argv)
 

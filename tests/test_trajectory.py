@@ -231,6 +231,7 @@ def test_a_sweep_trains_each_trajectory_once(tmp_path, fmnist_root, reused_grid)
     assert not list((tmp_path / "trained" / "runs").glob(f"*/{TRAJECTORY}"))
 
 
+@pytest.mark.slow  # about 25 s (make test-slow); a killed sweep resumes in make test too
 def test_a_killed_sweep_with_reuse_resumes_to_the_same_report(tmp_path, fmnist_root,
                                                                 reused_grid):
     import os
