@@ -112,11 +112,11 @@ class SubprocessRunner:
                 args, capture_output=True, text=True, timeout=self.timeout_s, check=False
             )
         except FileNotFoundError:
-            package = PACKAGE_OF.get(Path(args[0]).name, "the package that provides it")
+            package = PACKAGE_OF.get(Path(args[0]).name)
+            fix = (f"install {package} (e.g. `apt-get install {package}`)" if package
+                   else "install the package that provides it")
             raise DecobenchError(
-                f"{args[0]}: command not found (needed for: {format_command(args)}); "
-                f"install {package}" + (f" (e.g. `apt-get install {package}`)"
-                                        if package in PACKAGE_OF.values() else "")
+                f"{args[0]}: command not found (needed for: {format_command(args)}); {fix}"
             ) from None
         except subprocess.TimeoutExpired:
             raise DecobenchError(

@@ -12,6 +12,11 @@ def _split(argv: list[str]) -> tuple[str | None, list[str]]:
     return None, argv
 
 
+def _sysctl_key(path: str) -> str:
+    """The sysctl a ``/proc/sys`` file holds (the inverse of decobench.netem.tcp.proc_path)."""
+    return path.removeprefix("/proc/sys/").replace("/", ".")
+
+
 LINUX_DEFAULTS = {"net.ipv4.tcp_slow_start_after_idle": "1",
                   "net.ipv4.tcp_rmem": "4096\t131072\t6291456",
                   "net.ipv4.tcp_wmem": "4096\t16384\t4194304"}
@@ -34,13 +39,11 @@ class TcEcho:
 
     def _tuning(self, ns: str | None, words: list[str]) -> str:
         if words[:1] == ["cat"]:                    # cat /proc/sys/net/ipv4/KEY...
-            keys = [w.removeprefix("/proc/sys/").replace("/", ".") for w in words[1:]]
             return "".join(self.sysctls.get((ns, key), LINUX_DEFAULTS.get(key, "1")) + "\n"
-                           for key in keys)
+                           for key in map(_sysctl_key, words[1:]))
         if words[:1] == ["sh"]:                     # sh -c "echo VALUE > /proc/sys/..."
             value, path = words[2].removeprefix("echo ").split(" > ")
-            self.sysctls[(ns, path.removeprefix("/proc/sys/").replace("/", "."))] = \
-                value.replace(" ", "\t")
+            self.sysctls[(ns, _sysctl_key(path))] = value.replace(" ", "\t")
             return ""
         dev = words[words.index("dev") + 1]
         if words[2] == "show":

@@ -438,3 +438,15 @@ def test_an_outage_rule_that_is_not_there_stops_the_run():
         with pytest.raises(ShapingMismatch, match=r"link of worker 0 .*: 0 outage rule\(s\) on "
                                                   r"eth0, expected the link down"):
             net.apply(LinkSetting(1e3, 0.05))
+
+
+@pytest.mark.parametrize(("program", "fix"), [
+    ("/nonexistent/iptables", "install iptables (e.g. `apt-get install iptables`)"),
+    ("/nonexistent/cat", "install coreutils (e.g. `apt-get install coreutils`)"),
+    ("/nonexistent/no-such-tool", "install the package that provides it"),
+])
+def test_a_missing_program_names_its_package(program, fix):
+    with pytest.raises(DecobenchError) as caught:
+        netns.SubprocessRunner().run([program, "-n"])
+    assert str(caught.value) == (f"{program}: command not found (needed for: {program} -n); "
+                                 f"{fix}")
