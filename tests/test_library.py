@@ -84,10 +84,9 @@ def test_static_plan_trains_what_the_benchmark_trains(tmp_path, mode):
 def test_deco_replans_identically_on_every_rank_and_trains(tmp_path):
     ranks = _run("deco", tmp_path)
     assert ranks[0]["deltas"] == ranks[1]["deltas"] and ranks[0]["taus"] == ranks[1]["taus"]
-    # DeCo re-plans from what it measured (every 3 iterations once measurements are due: 2
-    # or 3 plans in 12 steps, by the τ it picks), the same plan on every rank.
-    # Whether δ moves depends on loopback timings (under load every plan gave δ = 0.0132,
-    # once): the plans are checked, not the values
+    # DeCo re-plans from what it measured (every 3 iterations once it has a bandwidth
+    # sample, worker.DECO_STEPS), the same plan on every rank. Whether δ moves depends on
+    # loopback timings (under load every plan gave δ = 0.0132, once): the plans are checked
     plans = [p for p in ranks[0]["plans"] if p is not None]
     assert len(plans) >= 2 and all(p > 0 for p in plans), ranks[0]["plans"]
     assert ranks[0]["plans"] == ranks[1]["plans"]
