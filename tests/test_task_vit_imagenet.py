@@ -81,6 +81,39 @@ def test_tree_loads_lazily_with_shapes_labels_and_normalisation(tree, task):
     assert torch.equal(data.train_batch(indices)[0], inputs)   # deterministic decoding
 
 
+def test_a_split_that_fits_is_decoded_once_and_gives_the_same_tensors(tree, task,
+                                                                      monkeypatch):
+    decoded: list[str] = []
+    real_open = open_rgb
+
+    def counting_open(path, min_side):
+        decoded.append(path)
+        return real_open(path, min_side)
+
+    monkeypatch.setattr("decobench.tasks.vit_imagenet.open_rgb", counting_open)
+    kept = task.load_data(tree, False, task.profiles["cpu"])
+    fresh = replace(kept, keep_decoded_bytes=0)       # nothing fits: decode every time
+    indices = torch.tensor([[0, 5, 11], [4, 5, 0]])
+    first = kept.train_batch(indices)[0]
+    assert len(decoded) == 4 and kept.kept_images == 4   # 0 and 5 twice: decoded once
+    assert torch.equal(kept.train_batch(indices)[0], first) and len(decoded) == 4
+    assert torch.equal(fresh.train_batch(indices)[0], first) and len(decoded) == 10
+    assert fresh.kept_images == 0
+    evaluate = task.evaluate
+    forward = torch.nn.Flatten()
+    model = torch.nn.Sequential(forward, torch.nn.Linear(3 * 32 * 32, 3))
+    assert evaluate(model, kept) == evaluate(model, fresh)
+    assert kept.kept_images == 4 + 6                    # the 6 validation images kept too
+    # the budget counts every image a run can touch: 12 training images of 3x32x32 float32
+    one = 3 * 32 * 32 * 4
+    tight = replace(kept, keep_decoded_bytes=12 * one - 1)
+    tight.train_batch(indices)
+    assert tight.kept_images == 0
+    roomy = replace(kept, keep_decoded_bytes=12 * one)
+    roomy.train_batch(indices)
+    assert roomy.kept_images == 4
+
+
 def test_paper_profile_pipeline_gives_224_pixels(tree, task):
     inputs, _ = task.load_data(tree, False, task.profiles["paper"]).train_batch(
         torch.tensor([[0]]))
