@@ -226,8 +226,9 @@ def _add_sweep(sub: Any, argv: Sequence[str]) -> None:
     sweep.add_argument("suite", metavar="SUITE", help="suite YAML file, or the name of a shipped "
                        "suite (see below)")
     sweep.add_argument("--out", metavar="DIR", help="results folder (default results/SUITE_NAME)")
-    sweep.add_argument("--jobs", "-j", type=int, help="parallel worker processes (default: the "
-                       "number of CPU cores); each uses cores/jobs torch threads")
+    sweep.add_argument("--jobs", "-j", type=int, help="parallel worker processes (default: one "
+                       "per GPU where torch sees any, each worker on its own GPU; else one per "
+                       "CPU core); each uses cores/jobs torch threads")
     sweep.add_argument("--data-root", action="append", default=[], metavar="TASK=DIR",
                        help="existing copy of a task's data set (repeatable), e.g. "
                        "cnn-fmnist=../shared/data/fashion-mnist-mini; tasks without one "

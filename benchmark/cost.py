@@ -34,16 +34,25 @@ class StepTime:
 
 STEP_TIMES: dict[tuple[str, str], StepTime] = {
     ("vit-imagenet", "paper"): StepTime(
-        0.327, 8.5, "one NVIDIA RTX 3090 (AMP)",
-        "step: timm's published training benchmark of vit_base_patch16_224, 390.86 images/s "
-        "(the profile's T, batch 128); evaluation: the profile's 10,000 validation images at a "
-        "third of a training step's time per image (forward only): 10,000 × 0.327 / 128 / 3 "
-        "= 8.5 s"),
+        0.260, 6.8, "one NVIDIA H200 (TensorFloat-32, --matmul-precision auto)",
+        "step: measured, decobench run --device cuda on one H200 (torch 2.11, 2026-11-26): "
+        "ViT-B/16 from scratch, 4 workers x 128 images at 224x224 (the ImageNet stand-in "
+        "resized: the same compute as ImageNet's images), the auto gradient engine fell back "
+        "to one worker at a time (4 x 128 in float32 overflow 141 GB): 1.041 s per iteration "
+        "after the fifth, i.e. 0.260 s per worker step (2.02 s per iteration in full float32; "
+        "timm's published 0.327 s for a step of 128 on an RTX 3090 with AMP is the profile's "
+        "T); evaluation: 10,000 validation images at a third of a training step's time per "
+        "image (forward only): 10,000 x 0.260 / 128 / 3 = 6.8 s. Not counted: decoding real "
+        "ImageNet JPEGs, which this process does itself (512 per iteration)"),
     ("gpt2-wikitext", "paper"): StepTime(
-        0.079, 0.6, "one NVIDIA A100 at 40% model-FLOPs utilisation",
-        "step: the profile's T, 6N FLOPs per token for 12 × 1024 tokens (docs/tasks/"
-        "gpt2-wikitext.md); evaluation: WikiText-103's test split, about 280 blocks of 1024 "
-        "tokens, at a third of a training step's time per block: 280 × 0.079 / 12 / 3 = 0.6 s"),
+        0.146, 1.1, "one NVIDIA H200 (TensorFloat-32, --matmul-precision auto)",
+        "step: measured, decobench run --device cuda on one H200 (torch 2.11, 2026-11-26): "
+        "GPT-2 small (124M) from scratch, 4 workers x 12 x 1024 tokens of WikiText-2, one "
+        "worker at a time (the auto engine's fall-back): 0.583 s per iteration after the "
+        "fifth, i.e. 0.146 s per worker step (1.36 s per iteration in full float32; the "
+        "profile's T, 0.079 s, is an A100 at 40% model-FLOPs utilisation with 6N FLOPs per "
+        "token); evaluation: WikiText-103's test split, about 280 blocks of 1024 tokens, at a "
+        "third of a training step's time per block: 280 x 0.146 / 12 / 3 = 1.1 s"),
     ("cnn-fmnist", "paper"): StepTime(
         0.016, 0.5, "a 2-core CPU (an upper bound for a GPU)",
         "the cnn-fmnist cpu profile's measured T (the same CNN and batch); evaluation: the "

@@ -7,7 +7,8 @@ one has finished). Every executor writes the same run directories into the resul
 which a cluster's nodes must see at the same path (a shared filesystem); a killed cell
 restarts from its checkpoint (``checkpoint_every_s``) when it is retried.
 
-- ``local`` (default): ``jobs`` worker processes here, each with cores / jobs torch threads.
+- ``local`` (default): ``jobs`` worker processes here, each with cores / jobs torch threads
+  and, where torch sees GPUs, one GPU (round robin).
 - ``slurm``: `submitit <https://github.com/facebookincubator/submitit>`_ submits each wave of
   ready cells as one job array per resource set (the suite's ``resources``: CPUs, GPUs,
   memory, time limit), job logs in ``DIR/slurm/``; a job that dies without a result (killed,
@@ -81,12 +82,15 @@ class LocalExecutor(CellExecutor):
     def __init__(self, out: Path, wandb: bool, jobs: int) -> None:
         import multiprocessing
 
+        from decobench.devices import visible_gpus
         from decobench.sweep import _init_worker
 
         self.out, self.wandb = out, wandb
+        context = multiprocessing.get_context("spawn")
         self.pool = ProcessPoolExecutor(
-            max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init_worker, initargs=(max(1, (os.cpu_count() or 1) // jobs),))
+            max_workers=jobs, mp_context=context, initializer=_init_worker,
+            initargs=(max(1, (os.cpu_count() or 1) // jobs), context.Value("i", 0),
+                      visible_gpus()))
 
     def submit(self, ready: Ready) -> list[Future]:
         from decobench.sweep import run_cell

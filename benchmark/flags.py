@@ -114,6 +114,13 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
                    "over n·B, when it applies and matches vmap on a probe batch; config.yaml "
                    "says which and why), grouped, vmap or loop; they differ only in float "
                    "rounding")
+    g.add_argument("--device", default=S, metavar="auto|cpu|cuda[:N]",
+                   help="where the model and gradients live: auto (default: the first CUDA GPU "
+                   "when torch sees one, else the CPU), cpu, cuda or cuda:N; config.yaml "
+                   "records the device used")
+    g.add_argument("--matmul-precision", choices=["auto", "highest", "high"], default=S,
+                   help="float32 matrix products on a GPU: auto (default: high, TensorFloat-32, "
+                   "about 2x faster on an H200) or highest (full float32); no effect on the CPU")
     g.add_argument("--eval-every", type=int, default=S, metavar="E",
                    help="evaluate every E iterations (default: the profile's)")
     g.add_argument("--fine-eval-every", type=int, default=S, metavar="E_F",

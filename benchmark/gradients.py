@@ -36,6 +36,11 @@ CHECK_RTOL = 1e-3
 largest gradient entry of each worker): float32 summation order differs, nothing else."""
 
 
+def on_gpu(tensor: Tensor) -> bool:
+    """Whether ``tensor`` lives on a CUDA GPU (where ``auto`` checks the engine's memory)."""
+    return tensor.device.type == "cuda"
+
+
 class WorkerGradients:
     """``gradients(x, inputs, targets) -> (g [n, d], loss [n])``.
 
@@ -77,7 +82,27 @@ class WorkerGradients:
         """Choose the engine on a probe batch (``auto``) and describe the choice:
         ``{"engine", "reason"}`` for the run's ``config.yaml``. ``grouped`` is chosen when
         every parameter has a rule, the model is shared (``params [d]``) and its gradients
-        equal ``vmap``'s on the probe (:data:`CHECK_RTOL`)."""
+        equal ``vmap``'s on the probe (:data:`CHECK_RTOL`). On a GPU, ``auto`` then runs
+        the chosen engine once on the probe, and takes ``loop`` (one worker's batch at a
+        time) when the n workers' batches together do not fit in the GPU's memory (e.g.
+        ViT-B/16's 4 x 128 images in fp32)."""
+        if self.requested != "auto" or not on_gpu(params):
+            return self._select(params, inputs, targets)
+        try:
+            choice = self._select(params, inputs, targets)
+            if self.engine != "loop":
+                self(params, inputs, targets)
+            return choice
+        except torch.cuda.OutOfMemoryError:
+            tried = self.engine
+            self.engine, self.reason = "loop", (
+                f"{tried} over the n workers' batches ran out of GPU memory on a probe batch; "
+                "one forward/backward per worker")
+            return {"engine": self.engine, "reason": self.reason}
+        finally:
+            torch.cuda.empty_cache()
+
+    def _select(self, params: Tensor, inputs: Tensor, targets: Tensor) -> dict[str, Any]:
         if params.dim() == 2 and self.requested in ("auto", "grouped"):
             self.engine, self.reason = self.fallback, ("one model per worker: the workers' "
                                                        "forward passes differ")
@@ -99,6 +124,8 @@ class WorkerGradients:
         assert self._grouped is not None
         try:
             fast, fast_loss = self._grouped(params, inputs, targets)
+        except torch.cuda.OutOfMemoryError:
+            raise                 # select() takes the per-worker loop
         except Exception as exc:  # noqa: BLE001 - any failure means: use the fallback
             return f"the grouped engine failed on a probe batch ({type(exc).__name__}: {exc})"
         ref, ref_loss = vmap(self._grad, in_dims=(None, 0, 0))(params, inputs, targets)

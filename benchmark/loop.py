@@ -37,6 +37,7 @@ from typing import Any, Protocol
 import torch
 
 from decobench.allocator import keep_freed_memory
+from decobench.devices import describe, set_matmul_precision
 from decobench.errors import DecobenchError
 from decobench.evaluation import EvaluationSchedule, TargetBook
 from decobench.flat import FlatLayout
@@ -228,6 +229,7 @@ class ModelLearner:
         config, task = run.config, run.task
         n = config.workers
         allocator = keep_freed_memory()
+        precision = set_matmul_precision(device, config.matmul_precision)
         model = build_seeded_model(task, run.profile, config.seed).to(device)
         layout = FlatLayout.of(model)
         self.params = layout.flatten(model).to(device)
@@ -255,7 +257,8 @@ class ModelLearner:
         probe_inputs, probe_targets = data.train_batch(probe)
         self.gradients_info = {**self.gradients.select(
             self.method.worker_params(self.params), probe_inputs.to(device),
-            probe_targets.to(device)), "allocator": allocator}
+            probe_targets.to(device)), "allocator": allocator, "device": describe(device),
+            "matmul_precision": precision}
         self.d = layout.d
         self.data, self.task, self.rows, self.device = data, task, rows, device
         self._grads: torch.Tensor | None = None
@@ -279,8 +282,9 @@ class ModelLearner:
 
     def evaluate(self, iterations: int, in_flight: Callable[[], Sequence[Due]]) -> float:
         eval_params = self.method.evaluation_params(self.params, in_flight)
-        return self.task.evaluate(lambda inputs: self.gradients.forward(eval_params, inputs),
-                                  self.data)
+        return self.task.evaluate(
+            lambda inputs: self.gradients.forward(eval_params, inputs.to(self.device)),
+            self.data)
 
     def state_dict(self) -> dict[str, Any]:
         return {"params": self.params, "method": self.method, "batches": self.batches,

@@ -26,6 +26,7 @@ from decobench import __version__
 from decobench.backends import Backend, get_backend
 from decobench.checkpoint import CHECKPOINT, Checkpointer, RefineStarts, load_checkpoint
 from decobench.config import RunConfig, format_validation_error
+from decobench.devices import resolve_device
 from decobench.errors import DecobenchError
 from decobench.evaluation import (
     EvaluationSchedule,
@@ -132,6 +133,8 @@ def prepare(config: RunConfig) -> PreparedRun:
     variant = task.dataset_variant(config.dataset)
     task.check_data(data_root, download, variant)
     task.select_init(config.init, profile)      # --init: checked; build_seeded_model follows it
+    if config.backend == "simulated":
+        resolve_device(config.device)            # a GPU asked for where there is none
     optimizer = OptimizerConfig(
         lr=config.lr if config.lr is not None else profile.lr,
         momentum=config.momentum if config.momentum is not None else profile.momentum,
@@ -473,7 +476,8 @@ def _train_pass(run: PreparedRun, data: TaskData, evaluations: EvaluationSchedul
         return run.condition.trace_for(d, run.compute_time_s)
 
     transport = SimulatedTransport(trace_for, config.topology, config.workers,
-                                   run.compute_time_s, run.transport)
+                                   run.compute_time_s, run.transport,
+                                   device=resolve_device(config.device))
     _, book = evaluation_plan(run)
     trained = train(run, data, transport, evaluations, book, log, wall_start=wall_start,
                     show_progress=show_progress,

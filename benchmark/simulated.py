@@ -27,16 +27,18 @@ class SimulatedTransport:
 
     ``trace_for(d)``: the network for a model of d parameters (built at :meth:`start`);
     ``compute_time_s``: T per iteration, or None to charge the measured wall time / n;
-    ``transport``: the event clock's transport model (:mod:`decobench.transport_model`).
+    ``transport``: the event clock's transport model (:mod:`decobench.transport_model`);
+    ``device``: where the model and the n workers' gradients live (``--device``).
     """
 
     rows = slice(None)
     leader = True
-    device = torch.device("cpu")
     time_basis = "simulated"
 
     def __init__(self, trace_for: Callable[[int], Trace], topology: str, workers: int,
-                 compute_time_s: float | None, transport: TransportModel = IDEAL) -> None:
+                 compute_time_s: float | None, transport: TransportModel = IDEAL,
+                 device: torch.device | None = None) -> None:
+        self.device = torch.device("cpu") if device is None else device
         self.trace_for = trace_for
         self.transport = transport
         self.topology = topology

@@ -239,11 +239,22 @@ class SweepInterrupted(KeyboardInterrupt):
         self.finished, self.total = finished, total
 
 
-def _init_worker(threads: int) -> None:
-    """Worker set-up: torch threads; Ctrl-C is the sweep's to handle (a terminal sends it
-    to the workers too); and (Linux) die with the sweep process, so killing the sweep leaves
-    no orphan still training."""
+def _init_worker(threads: int, slots: Any = None, gpus: int = 0) -> None:
+    """Worker set-up: torch threads; on a machine with ``gpus`` GPUs, one of them (the
+    worker takes the next number from the shared counter ``slots`` and sees only GPU
+    ``number % gpus`` through ``CUDA_VISIBLE_DEVICES``, set before CUDA starts in this
+    spawned process); Ctrl-C is the sweep's to handle (a terminal sends it to the workers
+    too); and (Linux) die with the sweep process, so killing the sweep leaves no orphan
+    still training."""
     import signal
+
+    if gpus and slots is not None:
+        with slots.get_lock():
+            number = slots.value
+            slots.value += 1
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        ids = visible.split(",") if visible else [str(i) for i in range(gpus)]
+        os.environ["CUDA_VISIBLE_DEVICES"] = ids[number % len(ids)]
 
     import torch
 
@@ -429,7 +440,9 @@ def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str
     train each trajectory once and re-time it for the other cells that share it;
     ``executor``: where the cells run (default: local worker processes)."""
     if jobs is None:
-        jobs = os.cpu_count() or 1
+        from decobench.devices import default_jobs  # imports torch: only when needed
+
+        jobs = default_jobs(os.cpu_count())
     if jobs < 1:
         raise DecobenchError(f"--jobs must be >= 1, got {jobs}")
     created = not out.exists()        # a folder this call made goes again on a bad suite

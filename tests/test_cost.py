@@ -9,12 +9,13 @@ from decobench.cost import STEP_TIMES, describe, run_cost, suite_cost
 
 def test_hand_checked_run_cost():
     """GPT-2 paper profile, 4 workers, 1000 iterations, E = 100, E_F = 10, a target and one
-    milestone: 1000 · 4 · 0.079 = 316 s of steps; 10 + 2 · 10 · 2 = 50 evaluations of 0.6 s."""
+    milestone: 1000 · 4 · 0.146 = 584 s of steps (the H200's measured step); 10 + 2 · 10 · 2 = 50
+    evaluations of 1.1 s."""
     config = RunConfig(task="gpt2-wikitext", method="d-sgd", trace="constant-1gbps-10ms",
                        target=50.0, milestones=[80.0], fine_eval_every=10)
     cost = run_cost(config, max_iters=1000, eval_every=100)
     assert cost.evaluations == 50
-    assert cost.seconds == pytest.approx(316.0 + 50 * 0.6)
+    assert cost.seconds == pytest.approx(584.0 + 50 * 1.1)
 
 
 def test_suite_cost_defaults_to_the_profiles_and_names_what_it_cannot_estimate():

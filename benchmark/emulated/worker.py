@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from decobench.atomicio import write_text_atomic
 from decobench.checkpoint import RANK_CHECKPOINTS, RankCheckpointer, common_iteration
+from decobench.devices import resolve_device
 from decobench.emulated.comm import PeerLost
 from decobench.emulated.transport import DistributedTransport
 from decobench.errors import DecobenchError
@@ -118,10 +119,14 @@ def default_timeout_s(d: int, trace: Trace, workers: int, topology: str) -> floa
     return 60.0 + 2.0 * h * dense_wire_bits(d) / lowest
 
 
-def _device(env: RankEnvironment) -> tuple[torch.device, str]:
-    if torch.cuda.is_available():
-        return torch.device("cuda", env.local_rank % torch.cuda.device_count()), "nccl"
-    return torch.device("cpu"), "gloo"
+def _device(env: RankEnvironment, requested: str) -> tuple[torch.device, str]:
+    """This rank's device and process-group backend: its local GPU (nccl) under ``--device``
+    auto when torch sees one, and under cuda or cuda:N (an error where there is none); the
+    CPU (gloo) otherwise."""
+    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu"), "gloo"
+    resolve_device("cuda")
+    return torch.device("cuda", env.local_rank % torch.cuda.device_count()), "nccl"
 
 
 def run_rank(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
@@ -132,7 +137,7 @@ def run_rank(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings
     if env.world_size != config.workers:
         raise DecobenchError(f"the run asks for --workers {config.workers} but "
                              f"{env.world_size} processes were started (WORLD_SIZE)")
-    device, backend = _device(env)
+    device, backend = _device(env, config.device)
     threads = int(os.environ.get("DECOBENCH_THREADS", "0")) or max(
         1, (os.cpu_count() or 1) // max(1, env.local_world_size))
     torch.set_num_threads(threads)

@@ -47,7 +47,8 @@ def classification_accuracy(forward: Callable[[Tensor], Tensor], inputs: Tensor,
     correct = 0
     for start in range(0, len(inputs), chunk):
         logits = forward(inputs[start: start + chunk])
-        correct += int((logits.argmax(dim=1) == targets[start: start + chunk]).sum())
+        expected = targets[start: start + chunk].to(logits.device)
+        correct += int((logits.argmax(dim=1) == expected).sum())
     return correct / len(inputs)
 
 

@@ -172,7 +172,8 @@ def perplexity(forward: Callable[[Tensor], Tensor], data: TokenBlocks,
         inputs, targets = data.test_batch(torch.arange(start, min(start + batch, blocks)))
         logits = forward(inputs)
         total += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
-                                       targets.reshape(-1), reduction="sum"))
+                                       targets.reshape(-1).to(logits.device),
+                                       reduction="sum"))
         count += targets.numel()
     return math.exp(total / count)
 

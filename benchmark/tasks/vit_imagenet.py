@@ -351,7 +351,8 @@ class VitImageNet(ClassificationTask):
         assert isinstance(data, ImageFolderData)
         correct = total = 0
         for inputs, targets in data.val_batches():
-            correct += int((forward(inputs).argmax(dim=1) == targets).sum())
+            logits = forward(inputs)
+            correct += int((logits.argmax(dim=1) == targets.to(logits.device)).sum())
             total += len(targets)
         return correct / total
 
