@@ -143,7 +143,7 @@ class RunConfig(BaseModel):
         "auto", description="float32 matrix products on a GPU (torch."
         "set_float32_matmul_precision): auto (default) = high on a GPU, i.e. TensorFloat-32 "
         "tensor cores, 1.9x (ViT-B/16) to 2.3x (GPT-2) faster per iteration on an H200 than "
-        "highest, full float32; the CPU is left at torch's default either way")
+        "highest, full float32; the CPU always uses torch's default, highest")
     eval_every: int | None = Field(None, gt=0, description="evaluate every E iterations "
                                    "(default: the task profile's)")
     fine_eval_every: int | None = Field(

@@ -43,11 +43,13 @@ def describe(device: torch.device) -> str:
 def set_matmul_precision(device: torch.device, requested: str) -> str:
     """Apply ``--matmul-precision`` for a run on ``device`` and return what float32 matrix
     products use, for ``config.yaml``. On a GPU, auto means ``high`` (TensorFloat-32: a
-    10-bit mantissa inside the products, float32 sums; PyTorch's default is ``highest``);
-    the CPU is left as torch has it, since there ``high`` could route products through
-    oneDNN's reduced-precision paths and change the CPU results the project pins."""
+    10-bit mantissa inside the products, float32 sums; PyTorch's default is ``highest``).
+    On the CPU it is always torch's default, ``highest``, whatever an earlier run in the same
+    process (a sweep worker) set: ``high`` could route CPU products through oneDNN's
+    reduced-precision paths and change the results the project pins."""
     if device.type != "cuda":
-        return f"{torch.get_float32_matmul_precision()} (CPU: not changed)"
+        torch.set_float32_matmul_precision("highest")
+        return "highest (CPU)"
     torch.set_float32_matmul_precision("high" if requested == "auto" else requested)
     return torch.get_float32_matmul_precision()
 

@@ -120,7 +120,7 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
                    "records the device used")
     g.add_argument("--matmul-precision", choices=["auto", "highest", "high"], default=S,
                    help="float32 matrix products on a GPU: auto (default: high, TensorFloat-32, "
-                   "about 2x faster on an H200) or highest (full float32); no effect on the CPU")
+                   "about 2x faster on an H200) or highest (full float32); the CPU always uses highest")
     g.add_argument("--eval-every", type=int, default=S, metavar="E",
                    help="evaluate every E iterations (default: the profile's)")
     g.add_argument("--fine-eval-every", type=int, default=S, metavar="E_F",
