@@ -94,10 +94,9 @@ class WorkerGradients:
                 self(params, inputs, targets)
             return choice
         except torch.cuda.OutOfMemoryError:
-            tried = self.engine
             self.engine, self.reason = "loop", (
-                f"{tried} over the n workers' batches ran out of GPU memory on a probe batch; "
-                "one forward/backward per worker")
+                "the n workers' batches in one pass (grouped or vmap) ran out of GPU memory on "
+                "a probe batch; one forward/backward per worker")
             return {"engine": self.engine, "reason": self.reason}
         finally:
             torch.cuda.empty_cache()
