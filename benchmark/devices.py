@@ -19,7 +19,7 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     device = torch.device(name)
     if device.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        count = visible_gpus()
         if count == 0:
             why = ("this torch is a CPU build" if torch.version.cuda is None else
                    "no GPU is visible to this CUDA build (driver, CUDA_VISIBLE_DEVICES)")

@@ -171,7 +171,7 @@ class ImageFolderData(TaskData):
         kept = self._kept.get((split, index))
         if kept is not None:
             return kept
-        image = (self.train if split == "train" else self.val)[index][0]
+        image = self._folder(split)[index][0]
         keeps = self._keeps.get(split)
         if keeps is None:
             count = self.num_train if split == "train" else len(self.eval_indices())
@@ -181,8 +181,11 @@ class ImageFolderData(TaskData):
             self._kept[(split, index)] = image
         return image
 
+    def _folder(self, split: str) -> ImageFolder:
+        return self.train if split == "train" else self.val
+
     def _load(self, split: str, indices: Sequence[int]) -> tuple[Tensor, Tensor]:
-        folder = self.train if split == "train" else self.val
+        folder = self._folder(split)
         images = torch.stack([self._image(split, i) for i in indices])
         return images, torch.tensor([folder.targets[i] for i in indices], dtype=torch.long)
 
