@@ -111,7 +111,10 @@ class LocalExecutor(CellExecutor):
             process.kill()
         for process in workers:
             process.join(timeout=5)
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        # wait=True joins the pool's manager thread, which sees the dead workers and closes
+        # its wake-up pipe. Left running (wait=False), it could close that pipe while the
+        # interpreter's exit hook writes to it: "Bad file descriptor" after exit 130.
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 class RayExecutor(CellExecutor):

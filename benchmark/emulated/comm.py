@@ -420,8 +420,11 @@ class Communicator:
     # ------------------------------------------------------------------ issuing
     def _issue_loop(self) -> None:
         """Issue every queued message's collective in send order, each on its lane, and
-        (kernel latency) an empty collective of its kind before the first message of a kind
-        and then every :data:`FIXED_COST_EVERY` messages of it. Every rank issues the same
+        (kernel latency) :data:`FIXED_COST_WINDOW` empty collectives of its kind, one after
+        another with nothing else in flight, before the first message of a kind (one timing
+        held up by a late packet, e.g. the NFQUEUE delayer's release lag, would make the first
+        plan read the link's latency as faster transmission) and then one every
+        :data:`FIXED_COST_EVERY` messages of it. Every rank issues the same
         collectives on the same groups in the same order, so they match."""
         while True:
             with self._cond:
@@ -436,9 +439,12 @@ class Communicator:
             try:
                 if self.kernel:
                     count = self._since_probe.get(message.dense, FIXED_COST_EVERY)
-                    if count >= FIXED_COST_EVERY:
-                        self._issue_empty(message.dense,
-                                          alone=message.dense not in self._timings)
+                    if message.dense not in self._timings:
+                        for _ in range(FIXED_COST_WINDOW):   # the first plan reads these
+                            self._issue_empty(message.dense, alone=True)
+                        count = 0
+                    elif count >= FIXED_COST_EVERY:
+                        self._issue_empty(message.dense, alone=False)
                         count = 0
                     self._since_probe[message.dense] = count + 1
                 self._issue_message(message)
