@@ -122,16 +122,10 @@ def _docker_tc_settings(trace: str) -> dict[str, str]:
 def _tcp_sysctls(trace: str) -> dict[str, str]:
     """The workers' TCP sysctls (decobench.netem.tcp), buffers sized for the trace's highest
     rate and latency."""
-    from decobench.netem.tcp import (
-        BUFFER_SYSCTLS,
-        SLOW_START_AFTER_IDLE,
-        buffer_bytes,
-        buffer_value,
-    )
+    from decobench.netem.tcp import buffer_bytes, sysctl_values
 
     _, _, top_rate, top_latency = _trace_rows(trace)
-    size = buffer_value(buffer_bytes(top_rate, top_latency))
-    return {SLOW_START_AFTER_IDLE: "0", **dict.fromkeys(BUFFER_SYSCTLS, size)}
+    return sysctl_values(buffer_bytes(top_rate, top_latency))
 
 
 def ready_file(i: int) -> str:

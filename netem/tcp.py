@@ -16,7 +16,14 @@ get the two settings a long-fat-network deployment would use:
 - ``net.ipv4.tcp_rmem`` and ``tcp_wmem`` (per network namespace) start each socket's
   buffers at :func:`buffer_bytes`: with Linux's 128 kB receive buffer a fresh connection's
   window held a 125 kB all-gather back by one round trip (426 ms instead of 251 ms at 20
-  Mbit/s and 200 ms, measured), however large the congestion window.
+  Mbit/s and 200 ms, measured), however large the congestion window;
+- ``net.ipv4.tcp_congestion_control = cubic`` (per network namespace; Linux's default, and
+  what most clusters run). With BBR, this project's hosts' default, D-SGD's iterations (a
+  1.8 MB ring all-reduce on 20 Mbit/s and 100 ms) took 1.16-1.21 s in 15 of 28 and one to
+  three round trips more in the others (1.37-1.77 s), 1.36 s on average; with cubic
+  1.17-1.20 s in all 28, 1.18 s on average (measured 2026-11-26, nfqueue, 2 workers). BBR
+  paces and probes a connection that idles between messages; the time model has no such
+  stalls.
 
 All are read back after they are set (:func:`check_tuning`); a mismatch stops the run
 naming the host. Where a container's ``/proc/sys`` is read-only, the sysctls come from the
@@ -54,6 +61,12 @@ BUFFER_CAP_BYTES: int = 64 * 1024 * 1024
 BUFFER_SYSCTLS: tuple[str, ...] = ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem")
 """Per-namespace socket buffer sizes (min, default, max in bytes)."""
 
+CONGESTION_CONTROL = "net.ipv4.tcp_congestion_control"
+"""The per-namespace congestion control algorithm."""
+
+CONGESTION_CONTROL_ALGORITHM = "cubic"
+"""The algorithm the emulated hosts use (module docstring: why not the host's BBR)."""
+
 
 def initial_window_packets(rate_bps: float, latency_s: float) -> int:
     """One bandwidth-delay product of full TCP payloads: ``ceil(a/8 · 2b / 1448)``, at least
@@ -90,8 +103,7 @@ class TcpTuning:
 
     def to_dict(self) -> dict[str, int | str]:
         return {"initcwnd": self.initial_window, "initrwnd": self.initial_window,
-                SLOW_START_AFTER_IDLE: 0,
-                **{key: buffer_value(self.buffer_bytes) for key in BUFFER_SYSCTLS}}
+                **sysctl_values(self.buffer_bytes), SLOW_START_AFTER_IDLE: 0}
 
 
 def proc_path(key: str) -> str:
@@ -103,21 +115,26 @@ def proc_path(key: str) -> str:
     return "/proc/sys/" + key.replace(".", "/")
 
 
+def sysctl_values(buffer: int = BUFFER_FLOOR_BYTES) -> dict[str, str]:
+    """The per-namespace sysctls of the tuning: keep the congestion window across idle
+    periods, start sockets with ``buffer`` bytes, congestion control
+    :data:`CONGESTION_CONTROL_ALGORITHM`."""
+    return {SLOW_START_AFTER_IDLE: "0", **{key: buffer_value(buffer) for key in BUFFER_SYSCTLS},
+            CONGESTION_CONTROL: CONGESTION_CONTROL_ALGORITHM}
+
+
 def sysctl_commands(netns: str | None = None,
                     buffer: int = BUFFER_FLOOR_BYTES) -> list[list[str]]:
-    """Keep the congestion window across idle periods and start sockets with ``buffer``
-    bytes (all per network namespace)."""
-    values = {SLOW_START_AFTER_IDLE: "0",
-              **{key: buffer_value(buffer) for key in BUFFER_SYSCTLS}}
+    """Write :func:`sysctl_values` (all per network namespace)."""
     return [[*exec_in(netns), "sh", "-c", f"echo {value} > {proc_path(key)}"]
-            for key, value in values.items()]
+            for key, value in sysctl_values(buffer).items()]
 
 
 def sysctl_read_commands(netns: str | None = None) -> list[list[str]]:
     """The sysctls' values as :func:`check_tuning` reads them (one line each, in the order
-    slow start after idle, tcp_rmem, tcp_wmem)."""
+    slow start after idle, tcp_rmem, tcp_wmem, congestion control)."""
     return [[*exec_in(netns), "cat", proc_path(SLOW_START_AFTER_IDLE),
-             *(proc_path(key) for key in BUFFER_SYSCTLS)]]
+             *(proc_path(key) for key in BUFFER_SYSCTLS), proc_path(CONGESTION_CONTROL)]]
 
 
 def routes_commands(dev: str, netns: str | None = None) -> list[list[str]]:
@@ -162,7 +179,8 @@ def check_tuning(routes: str, sysctls: str, window: int, where: str,
                  buffer: int = BUFFER_FLOOR_BYTES) -> None:
     """Raise naming ``where`` unless every route of the device carries ``initcwnd`` and
     ``initrwnd`` equal to ``window``, slow start after idle is off and both socket buffers
-    start at ``buffer`` bytes or more (``sysctls``: :func:`sysctl_read_commands`' output)."""
+    start at ``buffer`` bytes or more and congestion control is
+    :data:`CONGESTION_CONTROL_ALGORITHM` (``sysctls``: :func:`sysctl_read_commands`' output)."""
     lines = sysctls.strip().splitlines()
     fix = "(in a container, set it with the container's sysctls, as docker/compose.yaml does)"
     if not lines or lines[0].strip() != "0":
@@ -175,8 +193,16 @@ def check_tuning(routes: str, sysctls: str, window: int, where: str,
             raise DecobenchError(f"{where}: {key} is {line.strip()!r}, its default below "
                                  f"{buffer} bytes: a fresh connection's window would hold "
                                  f"messages back by a round trip {fix}")
-    if len(lines) < 1 + len(BUFFER_SYSCTLS):
-        raise DecobenchError(f"{where}: could not read {', '.join(BUFFER_SYSCTLS)}")
+    if len(lines) < 2 + len(BUFFER_SYSCTLS):
+        raise DecobenchError(f"{where}: could not read "
+                             f"{', '.join((*BUFFER_SYSCTLS, CONGESTION_CONTROL))}")
+    algorithm = lines[1 + len(BUFFER_SYSCTLS)].strip()
+    if algorithm != CONGESTION_CONTROL_ALGORITHM:
+        raise DecobenchError(
+            f"{where}: {CONGESTION_CONTROL} is {algorithm!r}, not "
+            f"{CONGESTION_CONTROL_ALGORITHM}: the emulation's timings assume it (with BBR "
+            f"collectives stall by whole round trips; is {CONGESTION_CONTROL_ALGORITHM} in "
+            f"/proc/sys/net/ipv4/tcp_available_congestion_control?) {fix}")
     lines = [line for line in routes.splitlines() if line.strip()]
     if not lines:
         raise DecobenchError(f"{where}: the link has no routes")
@@ -210,8 +236,9 @@ def apply_tuning(run: Callable[[list[str]], object], read: Callable[[list[str]],
 
 
 __all__: Sequence[str] = ["BUFFER_CAP_BYTES", "BUFFER_FLOOR_BYTES", "BUFFER_SYSCTLS",
+                          "CONGESTION_CONTROL", "CONGESTION_CONTROL_ALGORITHM",
                           "DEFAULT_INITIAL_WINDOW", "MAX_INITIAL_WINDOW", "buffer_bytes",
                           "buffer_value",
                           "SLOW_START_AFTER_IDLE", "TcpTuning", "apply_tuning", "check_tuning",
                           "initial_window_packets", "proc_path", "route_commands", "routes_commands",
-                          "sysctl_commands", "sysctl_read_commands"]
+                          "sysctl_commands", "sysctl_read_commands", "sysctl_values"]

@@ -19,7 +19,8 @@ def _sysctl_key(path: str) -> str:
 
 LINUX_DEFAULTS = {"net.ipv4.tcp_slow_start_after_idle": "1",
                   "net.ipv4.tcp_rmem": "4096\t131072\t6291456",
-                  "net.ipv4.tcp_wmem": "4096\t16384\t4194304"}
+                  "net.ipv4.tcp_wmem": "4096\t16384\t4194304",
+                  "net.ipv4.tcp_congestion_control": "bbr"}     # this project's hosts' default
 
 
 class TcEcho:

@@ -73,7 +73,7 @@ def test_lost_rank_is_named_from_the_address_in_the_error():
 
 
 def test_consensus_observation_is_the_slowest_rank_and_same_everywhere():
-    sent = {4: SentRecord(staleness=1, dense=False, bits=1000, compute_s=0.01)}
+    sent = {4: SentRecord(staleness=1, dense=False, bits=1000)}
     headers = [
         {"obs_iteration": 4.0, "obs_compute_s": 0.02, "obs_tx_start_s": 1.0,
          "obs_tx_end_s": 1.5, "obs_arrive_s": 1.6},

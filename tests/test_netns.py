@@ -148,9 +148,10 @@ def test_command_sequence_with_fake_runner():
             "sh -c echo 0 > /proc/sys/net/ipv4/tcp_slow_start_after_idle",
             "sh -c echo 4096 4194304 33554432 > /proc/sys/net/ipv4/tcp_rmem",
             "sh -c echo 4096 4194304 33554432 > /proc/sys/net/ipv4/tcp_wmem",
+            "sh -c echo cubic > /proc/sys/net/ipv4/tcp_congestion_control",
             "ip route change 10.77.0.0/24 proto kernel scope link src 10.77.0.1 dev eth0 "
             "initcwnd 10 initrwnd 10")]
-    assert len(runner.tuning) == 2 * 7          # and three reads per worker
+    assert len(runner.tuning) == 2 * 8          # and three reads per worker
     # the log: every command with a timestamp, and the tc ones on their own
     assert len(net.commands) == len(runner.calls) + len(writes)
     assert net.commands[0].split(None, 1)[1] == "ip netns add dcb00001-br"

@@ -435,7 +435,8 @@ def test_ready_file_is_written_once_the_link_is_shaped(monkeypatch, tmp_path):
     # one bandwidth-delay product as TCP's initial window: 20 Mbit/s x 200 ms / 1448 B
     tcp = {"initcwnd": 346, "initrwnd": 346, "net.ipv4.tcp_slow_start_after_idle": 0,
            "net.ipv4.tcp_rmem": "4096 4194304 33554432",
-           "net.ipv4.tcp_wmem": "4096 4194304 33554432"}
+           "net.ipv4.tcp_wmem": "4096 4194304 33554432",
+           "net.ipv4.tcp_congestion_control": "cubic"}
     assert json.loads(ready.read_text()) == {"dev": "eth0", "mechanism": "nfqueue",
                                              "rate_bps": 20e6, "latency_s": 0.1, "tcp": tcp}
     assert player_mod.main(["--trace", "constant-20mbps-100ms", "--via", "docker-tc",

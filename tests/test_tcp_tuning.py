@@ -16,7 +16,7 @@ from decobench.netem.tcp import (
     route_commands,
 )
 
-BUFFERS = "4096\t4194304\t33554432\n" * 2
+BUFFERS = "4096\t4194304\t33554432\n" * 2 + "cubic\n"
 
 
 def test_initial_window_is_one_bandwidth_delay_product_of_full_payloads():
@@ -56,9 +56,15 @@ def test_check_refuses_a_host_whose_tuning_did_not_take():
     with pytest.raises(DecobenchError, match="does not carry initrwnd 346"):
         check_tuning(good.replace("initrwnd 346", "initrwnd 10"), "0\n" + BUFFERS, 346,
                      "worker 0")
-    linux = "0\n4096\t131072\t6291456\n4096\t16384\t4194304\n"
+    linux = "0\n4096\t131072\t6291456\n4096\t16384\t4194304\ncubic\n"
     with pytest.raises(DecobenchError, match=r"tcp_rmem is .*default below 4194304 bytes"):
         check_tuning(good, linux, 346, "worker 0", buffer=4194304)
+    # this project's hosts default to BBR, which stalls collectives by round trips
+    with pytest.raises(DecobenchError, match=r"worker 0: net.ipv4.tcp_congestion_control is "
+                                             r"'bbr', not cubic.*tcp_available_congestion"):
+        check_tuning(good, "0\n" + BUFFERS.replace("cubic", "bbr"), 346, "worker 0")
+    with pytest.raises(DecobenchError, match="could not read .*tcp_congestion_control"):
+        check_tuning(good, "0\n" + BUFFERS.replace("cubic\n", ""), 346, "worker 0")
 
 
 def test_a_read_only_sysctl_is_checked_not_trusted():
@@ -74,6 +80,7 @@ def test_a_read_only_sysctl_is_checked_not_trusted():
     # what docker/compose.yaml's sysctls give a worker container
     echo.sysctls.update({(None, "net.ipv4.tcp_slow_start_after_idle"): "0",
                          (None, "net.ipv4.tcp_rmem"): "4096\t4194304\t33554432",
-                         (None, "net.ipv4.tcp_wmem"): "4096\t4194304\t33554432"})
+                         (None, "net.ipv4.tcp_wmem"): "4096\t4194304\t33554432",
+                         (None, "net.ipv4.tcp_congestion_control"): "cubic"})
     tuning = apply_tuning(read_only, echo.answer, "eth0", 346, None, "eth0")
     assert (tuning.initial_window, tuning.buffer_bytes) == (346, BUFFER_FLOOR_BYTES)

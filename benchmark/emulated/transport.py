@@ -78,7 +78,6 @@ class SentRecord:
     staleness: int
     dense: bool
     bits: int
-    compute_s: float
     arrival: Arrival | None = None
 
 
@@ -99,8 +98,10 @@ class RankClock:
 def consensus_observation(headers: list[dict[str, float]], sent: dict[int, SentRecord],
                           workers: int, topology: str) -> Observation | None:
     """The transfer every header reports on, as all ranks agree to see it: the slowest
-    rank's compute, the latest start, end and arrival (seconds on the ranks' own clocks,
-    which start together at the barrier)."""
+    rank's compute (of the iteration that sent the header, see
+    :meth:`DistributedTransport.submit`), the latest
+    start, end and arrival (seconds on the ranks' own clocks, which start together at the
+    barrier)."""
     iterations = {h["obs_iteration"] for h in headers}
     if len(iterations) != 1:
         return None
@@ -238,20 +239,25 @@ class DistributedTransport:
                  | (FLAG_CHECKPOINT if self._raise_checkpoint else 0))
         self.diverged_here = self._raise_checkpoint = False
         header = {"iteration": float(iteration), "flags": float(flags), "loss": loss}
+        # T̂'s sample is this iteration's compute, the freshest, not that of the message the
+        # header reports on: the first iteration's holds one-off costs (106-134 ms against
+        # 35-50 ms after, cnn-fmnist cpu, measured), and DeCo's first plan, made from the
+        # first report, then read T̂ three times too large (δ 0.15 / τ 3 where the simulated
+        # run with the measured T chose 0.045 / 6)
+        compute_s = self.clock.train_s() - self._start
         if self.checkpoints is not None and self.checkpoints.latest is not None:
             header["saved_iteration"] = float(self.checkpoints.latest)
         reported = self.sent.get(self.report_next) if self.report_next is not None else None
         if reported is not None and reported.arrival is not None:
             arrival = reported.arrival
             header.update(obs_iteration=float(self.report_next),
-                          obs_compute_s=reported.compute_s, obs_tx_start_s=arrival.tx_start_s,
+                          obs_compute_s=compute_s, obs_tx_start_s=arrival.tx_start_s,
                           obs_tx_end_s=arrival.tx_end_s, obs_arrive_s=arrival.arrive_s)
         self.comm.submit(encode_message(sent.payload, header, self.rank, self.workers,
                                         sent.control))
         self._end = self.clock.train_s()
         self.sent[iteration] = SentRecord(staleness=sent.staleness, dense=sent.payload.dense,
-                                          bits=sent.payload.bits_per_worker,
-                                          compute_s=self._end - self._start)
+                                          bits=sent.payload.bits_per_worker)
         self.unapplied.append(iteration)
 
     def due(self, iteration: int) -> list[Due]:
