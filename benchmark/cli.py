@@ -269,8 +269,9 @@ def _add_fidelity(sub: Any, argv: Sequence[str]) -> None:
     fidelity = sub.add_parser(
         "fidelity", help=SUBCOMMANDS["fidelity"],
         description="Run each method on the emulated backend (n processes over shaped Linux "
-        "links, time measured), then on the simulated backend with T fixed to the compute "
-        "time the emulated ranks measured, and compare the per-iteration time after a "
+        "links, time measured), then on the simulated backend with T fixed to the time per "
+        "iteration rank 0 spent not waiting for messages, and compare the per-iteration "
+        "time after a "
         "warm-up. Writes OUT/fidelity.md and fidelity.json and the runs under OUT/emulated "
         "and OUT/simulated. Needs root (network namespaces, tc); see docs/emulation.md.",
         epilog="example:\n  decobench fidelity --task cnn-fmnist --workers 2 --trace "

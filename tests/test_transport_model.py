@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from decobench.emulated.calibrate import Timing, fit_cost
-from decobench.emulated.fidelity import first_plan, plans_agree
+from decobench.emulated.fidelity import first_plan, measured_compute_s, plans_agree
 from decobench.errors import DecobenchError
 from decobench.estimators import LinkEstimator
 from decobench.simulated import _observation
@@ -98,6 +98,29 @@ def test_calibration_fit_under_comm_layer_and_a_per_collective_cost():
         fit_cost(flat, rate, b, 2.0, 0.0)
 
 
+def test_calibration_burst_is_at_most_the_shapers_bucket():
+    # the timings of 2026-11-26 (nfqueue, 20 Mbit/s, 100 ms, all-gather of 2 ranks): sized
+    # collectives 2.4-3 ms sooner than the empty one plus their link time
+    rate, b = 20e6, 0.1
+    timings = [Timing("all_gather", 0.0, s) for s in (0.21, 0.2039, 0.204)] + [
+        Timing("all_gather", x, s) for x, s in ((2e5, 0.2115), (1e6, 0.2509), (5e6, 0.4554),
+                                                (2e7, 1.215))]
+    free = fit_cost(timings, rate, b, 1.0, 0.0)
+    assert 50e3 < free.burst_bits < 60e3                  # what the line alone says
+    bucket = 8.0 * 3028                                   # burst_bytes(20 Mbit/s)
+    capped = fit_cost(timings, rate, b, 1.0, 0.0, max_burst_bits=bucket)
+    assert capped.burst_bits == bucket and capped.goodput == pytest.approx(free.goodput)
+    # the rest of the intercept shortens the fixed cost: same time for every fitted size
+    def total(cost, x):
+        return cost.latency_multiplier * b + cost.rate_bits(x) / rate
+
+    for x in (1e6, 2e7):
+        assert total(capped, x) == pytest.approx(total(free, x), abs=1e-9)
+    assert capped.latency_multiplier < free.latency_multiplier
+    # but a message smaller than the line's "burst" is no longer free
+    assert free.rate_bits(64268) < 1e4 and capped.rate_bits(64268) > 4e4
+
+
 def test_load_a_model_file_or_run_directory_and_refuse_bad_ones(tmp_path):
     assert load_transport_model("ideal") is IDEAL
     (tmp_path / "transport_model.json").write_text(json.dumps(MODEL.to_dict()))
@@ -165,3 +188,15 @@ def test_a_simulated_run_with_a_model_is_slower_and_says_so(tmp_path, fmnist_roo
     assert "transport" not in yaml.safe_load((tmp_path / "ideal" / "config.yaml").read_text())
     assert main([*common, "--backend", "emulated", "--transport-model",
                  str(tmp_path / "model.json"), "--out", str(tmp_path / "emu")]) == 2
+
+
+def test_fidelity_T_is_the_time_rank_0_did_not_wait():
+    # the wait logged with iteration k is spent between t_k and t_{k+1}
+    rows = [{"iteration": 0, "sim_time_s": 0.2, "wait_s": 0.0},
+            {"iteration": 1, "sim_time_s": 1.0, "wait_s": 0.5},
+            {"iteration": 2, "sim_time_s": 1.6, "wait_s": 0.0},
+            {"iteration": 3, "sim_time_s": 1.7, "wait_s": 0.2},
+            {"iteration": 4, "sim_time_s": 2.0, "wait_s": 9.0}]    # after t_K: not counted
+    assert measured_compute_s(rows, warmup=1) == pytest.approx((2.0 - 1.0 - 0.7) / 3)
+    with pytest.raises(DecobenchError, match="no iterations after the warm-up"):
+        measured_compute_s(rows, warmup=4)

@@ -12,7 +12,9 @@ on one process group, in the same order:
 The fit per kind (:func:`fit_cost`), with ``x = h·W`` and ``y = duration − c`` (plus the
 latency the communication layer adds, ``l·b``, under ``comm-layer``): least squares of
 ``y = α·x + β`` gives the goodput ``g = 1 / (α·a)`` and the burst ``B = −β/α`` (bits that
-pass before the rate applies); a positive intercept is a per-collective cost instead, added
+pass before the rate applies), at most the shaper's token bucket
+(:func:`decobench.netem.tc.burst_bytes`); the rest of the intercept, a positive one or
+what the bucket cannot explain of a negative one, is a per-collective cost instead, added
 to the fixed cost. The latency multiplier is ``m = (c + added) / (l·b)``. Rank 0 writes the
 model with every timing to ``RUN_DIR/transport_model.json``.
 """
@@ -20,6 +22,7 @@ model with every timing to ``RUN_DIR/transport_model.json``.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -31,6 +34,7 @@ import torch.distributed as dist
 
 from decobench.atomicio import write_text_atomic
 from decobench.errors import DecobenchError
+from decobench.netem.tc import burst_bytes
 from decobench.topology import topology_factors
 from decobench.transport_model import CollectiveCost, TransportModel
 
@@ -58,9 +62,17 @@ class Timing:
 
 
 def fit_cost(timings: list[Timing], rate_bps: float, latency_s: float, latency_factor: float,
-             added_latency_s: float) -> CollectiveCost:
+             added_latency_s: float, max_burst_bits: float = math.inf) -> CollectiveCost:
     """The :class:`CollectiveCost` of one kind from its timings (module docstring); the
-    empty collective's timings are those with ``link_bits == 0``."""
+    empty collective's timings are those with ``link_bits == 0``.
+
+    ``max_burst_bits``: the most a burst can be, the shaper's token bucket. A negative
+    intercept beyond it is a per-collective cost shorter than the empty collective's, not
+    bits at line rate: measured (nfqueue, 20 Mbit/s, 100 ms), all-gathers of 0.2-1 Mbit came
+    2.4-3 ms sooner than the empty one plus their link time, a 55 kbit "burst" where the
+    bucket holds 24 kbit, while a 64 kbit message took 3.8 ms, not the 0.5 ms that burst
+    implies; a simulated CocktailSGD charged that way read 138 Mbit/s on a 20 Mbit/s link
+    and planned δ 0.17 against the emulated 0.042."""
     empty = [t.seconds for t in timings if t.link_bits == 0]
     sized: dict[float, float] = {}
     for t in timings:
@@ -78,9 +90,9 @@ def fit_cost(timings: list[Timing], rate_bps: float, latency_s: float, latency_f
         raise DecobenchError(f"calibration: larger collectives did not take longer "
                              f"({dict(zip(xs, ys, strict=True))}); the link is not shaped?")
     beta = my - alpha * mx
-    burst = max(0.0, -beta / alpha)
-    if beta > 0:
-        fixed += beta                  # a per-collective cost beyond the empty one's
+    burst = min(max(0.0, -beta / alpha), max_burst_bits)
+    # the intercept the burst leaves: a per-collective cost beyond (or short of) the empty one's
+    fixed = max(0.0, fixed + beta + alpha * burst)
     goodput = min(2.0, 1.0 / (alpha * rate_bps))
     hops = latency_factor * latency_s
     multiplier = (fixed + added_latency_s) / hops if hops > 0 else 1.0
@@ -122,7 +134,8 @@ def calibrate(workers: int, topology: str, rate_bps: float, latency_s: float,
                 own.append(Timing(kind, link_bits, _time_once(kind, elements, workers, group,
                                                               device, timeout_s)))
         added = factors.l * latency_s if comm_layer else 0.0
-        costs[kind] = fit_cost(own, rate_bps, latency_s, factors.l, added)
+        costs[kind] = fit_cost(own, rate_bps, latency_s, factors.l, added,
+                               max_burst_bits=8.0 * burst_bytes(rate_bps))
         timings += own
     source = (f"fitted on the emulated links ({workers} workers, {topology} topology, "
               f"{rate_bps / 1e6:g} Mbit/s, {latency_s * 1e3:g} ms, "
