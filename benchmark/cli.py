@@ -184,8 +184,8 @@ def _add_compare(sub: Any, argv: Sequence[str]) -> None:
         "input).",
         epilog="tolerance: exact when both sides ran on the simulated clock on the same "
         "platform with the same versions (such runs are deterministic); otherwise, per cell and "
-        "metric, the relative spread of BASE's seeds of that cell, at least "
-        f"{DEFAULT_TOLERANCE:.0%}. Cells are named experiment/task/condition/label/nN/sSEED; a "
+        "metric, the relative spread of BASE's seeds of that cell (one seed: the largest "
+        f"spread of its task's cells), at least {DEFAULT_TOLERANCE:.0%}. Cells are named experiment/task/condition/label/nN/sSEED; a "
         "cell whose configuration changed is compared and its changed fields are listed.\n\n"
         "examples:\n"
         "  decobench compare benchmark/suites/golden/smoke.json results/smoke\n"

@@ -17,6 +17,7 @@ from decobench.reports.compare import (
     compare,
     load_results,
     seed_spread,
+    task_spread,
     write_snapshot,
 )
 
@@ -187,6 +188,30 @@ def test_metric_directions_and_tolerance_by_hand():
     strict = compare(base, new, tolerance=0.10)
     assert strict.cells[0].changes[0].verdict == "regressed"
     assert DEFAULT_TOLERANCE == 0.05
+
+
+def test_a_cell_with_one_seed_takes_its_tasks_largest_spread():
+    # cells are experiment/task/condition/label/nN/sSEED
+    base = Snapshot("t", {c.name: c for c in (
+        _cell("main/cnn/c/deco/n4", 0, time_to_target_s=54.0),
+        _cell("main/cnn/c/deco/n4", 1, time_to_target_s=75.0),     # (75-54)/64.5 = 32.6%
+        _cell("main/cnn/c/d-sgd/n4", 0, time_to_target_s=250.0),
+        _cell("main/cnn/c/d-sgd/n4", 1, time_to_target_s=240.0),   # 10/245 = 4.1%
+        _cell("map/cnn/r2/topk/n4", 0, time_to_target_s=26.5),     # one seed
+        _cell("map/gpt2/r2/topk/n4", 0, time_to_target_s=10.0),    # one seed, no kin
+    )}, None, "base")
+    spread = seed_spread(base.cells.values(), "time_to_target_s")
+    assert task_spread(spread) == {"cnn": pytest.approx(21 / 64.5)}
+    new = Snapshot("t", {**base.cells,
+                         "map/cnn/r2/topk/n4/s0": _cell("map/cnn/r2/topk/n4", 0,
+                                                        time_to_target_s=32.1),   # +21%
+                         "map/gpt2/r2/topk/n4/s0": _cell("map/gpt2/r2/topk/n4", 0,
+                                                         time_to_target_s=10.6)}, # +6%
+                   None, "new")
+    verdicts = {c.name: c.changes[0].verdict for c in compare(base, new).cells}
+    assert verdicts["map/cnn/r2/topk/n4/s0"] == "within"       # 21% < 32.6%
+    assert verdicts["map/gpt2/r2/topk/n4/s0"] == "regressed"   # no kin: 5%
+    assert "one seed: its task's largest" in compare(base, new).mode
 
 
 def test_bad_input_is_one_line(tmp_path, capsys):
