@@ -185,8 +185,9 @@ def _add_compare(sub: Any, argv: Sequence[str]) -> None:
         epilog="tolerance: exact when both sides ran on the simulated clock on the same "
         "platform with the same versions (such runs are deterministic); otherwise, per cell and "
         "metric, the relative spread of BASE's seeds of that cell (one seed: the largest "
-        f"spread of its task's cells), at least {DEFAULT_TOLERANCE:.0%}. Cells are named experiment/task/condition/label/nN/sSEED; a "
-        "cell whose configuration changed is compared and its changed fields are listed.\n\n"
+        f"spread of its task's cells), at least {DEFAULT_TOLERANCE:.0%}. Cells are named "
+        "experiment/task/condition/label/nN/sSEED; a cell whose configuration changed is "
+        "compared and its changed fields are listed.\n\n"
         "examples:\n"
         "  decobench compare benchmark/suites/golden/smoke.json results/smoke\n"
         "  decobench compare results/base results/new --metric time_to_target_s "
@@ -271,9 +272,8 @@ def _add_fidelity(sub: Any, argv: Sequence[str]) -> None:
         description="Run each method on the emulated backend (n processes over shaped Linux "
         "links, time measured), then on the simulated backend with T fixed to the time per "
         "iteration rank 0 spent not waiting for messages, and compare the per-iteration "
-        "time after a "
-        "warm-up. Writes OUT/fidelity.md and fidelity.json and the runs under OUT/emulated "
-        "and OUT/simulated. Needs root (network namespaces, tc); see docs/emulation.md.",
+        "time after a warm-up. Writes OUT/fidelity.md and fidelity.json and the runs under "
+        "OUT/emulated and OUT/simulated. Needs root (network namespaces, tc); see docs/emulation.md.",
         epilog="example:\n  decobench fidelity --task cnn-fmnist --workers 2 --trace "
         "constant-20mbps-100ms \\\n      --data-root ../shared/data/fashion-mnist-mini",
         formatter_class=argparse.RawDescriptionHelpFormatter)

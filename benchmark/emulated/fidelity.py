@@ -4,8 +4,9 @@ For each method the emulated run goes first (real processes, shaped links, measu
 The simulated run then uses the same configuration with the compute time T fixed to what
 the emulated ranks measured (:func:`measured_compute_s`: rank 0's time per iteration not
 spent waiting for messages), so the comparison tests the network part of the time model,
-not this machine's arithmetic speed; the profile's T is reported beside it. Per-iteration time is measured over a window that skips the first
-``warmup`` iterations (connection set-up and first-touch costs on the emulated side):
+not this machine's arithmetic speed; the profile's T is reported beside it. Per-iteration
+time is measured over a window that skips the first ``warmup`` iterations (connection
+set-up and first-touch costs on the emulated side):
 
     t_iter = (t_K − t_w) / (K − w),   t_k = ``sim_time_s`` of iteration k (end of compute)
 
@@ -110,13 +111,11 @@ def measured_compute_s(rows: Sequence[dict[str, Any]], warmup: int) -> float:
     2026-11-26) left out the applying and encoding and the slow tail of compute: 40.0 ms
     against 46.5 ms for DeCo-SGD, whose emulated iterations took 47.4 ms, so a compute-bound
     method looked 18.6% slower than the time model."""
-    times = {int(r["iteration"]): float(r["sim_time_s"]) for r in rows}
-    waits = {int(r["iteration"]): float(r.get("wait_s", 0.0)) for r in rows}
-    last = max(times, default=0)
-    if warmup >= last or warmup not in times:
-        raise DecobenchError("the emulated run logged no iterations after the warm-up")
-    waited = sum(waits.get(k, 0.0) for k in range(warmup, last))
-    return max(0.0, times[last] - times[warmup] - waited) / (last - warmup)
+    per_iteration = iteration_time(rows, warmup)       # the same window, checked there
+    last = max(int(r["iteration"]) for r in rows if "sim_time_s" in r)
+    waited = sum(float(r.get("wait_s", 0.0)) for r in rows
+                 if warmup <= int(r["iteration"]) < last)
+    return max(0.0, per_iteration - waited / (last - warmup))
 
 
 def first_plan(rows: Sequence[dict[str, Any]]) -> tuple[float, int] | None:

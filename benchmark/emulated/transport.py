@@ -99,9 +99,8 @@ def consensus_observation(headers: list[dict[str, float]], sent: dict[int, SentR
                           workers: int, topology: str) -> Observation | None:
     """The transfer every header reports on, as all ranks agree to see it: the slowest
     rank's compute (of the iteration that sent the header, see
-    :meth:`DistributedTransport.submit`), the latest
-    start, end and arrival (seconds on the ranks' own clocks, which start together at the
-    barrier)."""
+    :meth:`DistributedTransport.submit`), the latest start, end and arrival (seconds on the
+    ranks' own clocks, which start together at the barrier)."""
     iterations = {h["obs_iteration"] for h in headers}
     if len(iterations) != 1:
         return None
