@@ -175,7 +175,8 @@ class RunConfig(BaseModel):
         None, description="simulated: how the collectives depart from the time model's ideal "
         "link: 'ideal' (deco-sgd.md §4, the default) or a transport_model.json fitted on "
         "emulated links (decobench run --backend emulated --calibrate-transport; or its run "
-        "directory); docs/emulation.md \"Transport models\"")
+        "directory): per-collective costs and how messages in flight share the link (fifo "
+        "as the time model, or shared on lanes); docs/emulation.md \"Transport models\"")
     label: str | None = Field(None, min_length=1, description="display name of this method "
                               "variant in reports (default: the method name), e.g. deco-sgd-F25")
     condition: str | None = Field(None, min_length=1, description="name of the network "

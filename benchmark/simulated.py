@@ -11,6 +11,7 @@ effect at once (one process holds every worker).
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 
 import torch
@@ -60,8 +61,16 @@ class SimulatedTransport:
     def checkpoint_now(self, iteration: int, due: bool) -> bool:
         return due                        # one process: it saves when its checkpointer asks
 
+    def _collect(self) -> None:
+        """Queue the transfers whose times the clock has made final (at once under the
+        time model's FIFO link; once delivered under a ``shared`` transport model)."""
+        for timing in self.clock.pop_final():
+            heapq.heappush(self._in_flight, (timing.arrive_s, timing.iteration,
+                                             _observation(timing)))
+
     def observations(self, iteration: int) -> list[Observation]:
         start_s = self.clock.next_start()
+        self._collect()
         arrived = []
         while self._in_flight and self._in_flight[0][0] <= start_s:
             arrived.append(heapq.heappop(self._in_flight)[2])
@@ -90,12 +99,16 @@ class SimulatedTransport:
         payload = sent.payload
         timing = self.clock.step(compute_s, payload.bits_per_worker, sent.staleness,
                                  payload.dense)
-        heapq.heappush(self._in_flight, (timing.arrive_s, iteration, _observation(timing)))
+        self._collect()
+        # the network at the message: when it left the queue and when it was sent (FIFO);
+        # when it was issued, under a shared link (its times are not known yet)
+        sent_at = timing.tx_start_s if math.isfinite(timing.tx_start_s) else timing.end_s
+        done_at = timing.tx_end_s if math.isfinite(timing.tx_end_s) else timing.end_s
         return IterationTimes(
             sim_time_s=timing.end_s, bubble_s=self.clock.total_bubble_s,
             compute_s=timing.compute_s,
-            bandwidth_mbps=self.trace.bandwidth_at(timing.tx_start_s) / 1e6,
-            latency_ms=self.trace.latency_at(timing.tx_end_s) * 1e3)
+            bandwidth_mbps=self.trace.bandwidth_at(sent_at) / 1e6,
+            latency_ms=self.trace.latency_at(done_at) * 1e3)
 
     def in_flight(self) -> list[Due]:
         return self.exchange.in_flight()

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from decobench.errors import DecobenchError
+from decobench.link_sharing import SharedLink, SharedLinkTrace
 from decobench.topology import topology_factors
 from decobench.transport_model import IDEAL, TransportModel
 
@@ -75,6 +76,10 @@ class ConstantLink:
         """``b``, whatever ``t``."""
         return self.latency_s
 
+    def capacity_bits(self, start_s: float, end_s: float) -> float:
+        """``a · (end − start)`` (0 for an empty interval)."""
+        return self.bandwidth_bps * max(0.0, end_s - start_s)
+
 
 @dataclass(frozen=True)
 class IterationTiming:
@@ -114,6 +119,14 @@ class EventClock:
     after the transmission (:mod:`decobench.transport_model`); ``link_bits`` and
     ``latency_factor`` of each timing stay ``h·W`` and ``l``, so an estimator reads the
     rate and latency the transport delivers.
+
+    Under a ``shared`` transport model the FIFO lines (``txs_k``, ``txe_k``, ``arrive_k``)
+    give way to :class:`~decobench.link_sharing.SharedLink`'s fluid, where later messages
+    slow earlier ones down: :meth:`step` then returns the message's times as NaN (not yet
+    known) and :meth:`pop_final` hands the final timings over once the fluid has run past
+    their delivery (under ``fifo`` a timing is final when :meth:`step` returns it, and
+    :meth:`pop_final` hands it over at once). ``R_k``, ``start_k`` and ``end_k`` are exact
+    in both: the fluid runs to a time only when no later collective can start before it.
     """
 
     def __init__(self, link: Link, topology: str = "paper", workers: int = 1,
@@ -130,17 +143,39 @@ class EventClock:
         self._pending: list[tuple[int, int, float]] = []  # (due iteration, sent at, arrive_s)
         self._total_compute = 0.0
         self._total_bubble = 0.0
+        self._final: list[IterationTiming] = []
+        self._shared: SharedLink | None = None
+        if transport.link_sharing == "shared":
+            if not isinstance(link, SharedLinkTrace):
+                raise DecobenchError(f"a shared transport model needs a link with "
+                                     f"capacity_bits(start, end); {type(link).__name__} has none")
+            self._shared = SharedLink(link, transport.lanes)
 
     def _drain_due_before(self, k: int) -> float:
         """Fold arrivals of messages with ``j + τ_j + 1 <= k`` into ``R`` and return it."""
         while self._pending and self._pending[0][0] + 1 <= k:
-            _, _, arrive = heapq.heappop(self._pending)
+            _, j, arrive = heapq.heappop(self._pending)
+            if self._shared is not None:
+                arrive = self._shared.arrival(j)
             self._ready = max(self._ready, arrive)
+        if self._shared is not None:
+            self._shared.forget_before(min((j for _, j, _ in self._pending), default=k))
         return self._ready
 
     def next_start(self) -> float:
         """``start_k = max(end_{k-1}, R_k)`` of the next iteration ``k``, before stepping it."""
-        return max(self._end, self._drain_due_before(self._iteration))
+        start = max(self._end, self._drain_due_before(self._iteration))
+        if self._shared is not None:
+            self._shared.advance_to(start)   # nothing is issued before end_k >= start_k
+        return start
+
+    def pop_final(self) -> list[IterationTiming]:
+        """Timings whose message times became final since the last call (send order under
+        ``shared``, step order under ``fifo``)."""
+        if self._shared is not None:
+            return self._shared.pop_final()
+        final, self._final = self._final, []
+        return final
 
     def step(self, compute_s: float, bits: float, staleness: int, dense: bool) -> IterationTiming:
         """Advance one iteration with compute time ``T_k``, a message of ``bits`` per worker
@@ -155,12 +190,16 @@ class EventClock:
         k = self._iteration
         start = self.next_start()
         end = start + compute_s
-        tx_start = max(end, self._tx_end)
         link_bits = factors.h * bits
         cost = self._transport.cost(dense)
         rate_bits = cost.rate_bits(link_bits)
-        tx_end = self._link.transmission_end(tx_start, rate_bits) if rate_bits > 0 else tx_start
-        arrive = tx_end + cost.latency_multiplier * factors.l * self._link.latency_at(tx_end)
+        if self._shared is None:
+            tx_start = max(end, self._tx_end)
+            tx_end = (self._link.transmission_end(tx_start, rate_bits) if rate_bits > 0
+                      else tx_start)
+            arrive = tx_end + cost.latency_multiplier * factors.l * self._link.latency_at(tx_end)
+        else:
+            tx_start = tx_end = arrive = math.nan   # set when the fluid delivers it
         heapq.heappush(self._pending, (k + staleness, k, arrive))
         timing = IterationTiming(
             iteration=k,
@@ -179,8 +218,14 @@ class EventClock:
         self._total_compute += compute_s
         self._total_bubble += start - self._end
         self._end = end
-        self._tx_end = tx_end
         self._iteration = k + 1
+        if self._shared is None:
+            self._tx_end = tx_end
+            self._final.append(timing)
+        else:
+            self._shared.advance_to(end)
+            self._shared.issue(timing, rate_bits, steps=max(1, round(factors.l)),
+                               latency_factor=cost.latency_multiplier * factors.l)
         return timing
 
     def model_ready_s(self) -> float:

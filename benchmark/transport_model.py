@@ -20,10 +20,18 @@ real collectives of several sizes on the emulated links, written as
 ``--transport-model FILE``. The estimators then read what the transport delivers: DeCo's
 ``â = hW / (tx_end − tx_start)`` and ``b̂ = (arrive − tx_end) / l`` on the simulated clock
 are what the emulated ranks measure (:mod:`decobench.emulated.comm`).
+
+How messages in flight share the link is the model's second part (:data:`LINK_SHARING`):
+``fifo``, the time model's single queue, is the default and the paper's; ``shared``
+(:mod:`decobench.link_sharing`) runs each collective as its ring steps on a lane of its own,
+sending at a share of the link while others send, which is what the emulated transport's
+lanes do (calibration writes ``shared`` with the run's lanes when the network holds the
+latency). The two agree while messages do not overlap (τ = 0).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import asdict, dataclass
@@ -63,37 +71,67 @@ class CollectiveCost:
         return max(0.0, link_bits - self.burst_bits) / self.goodput
 
 
+LINK_SHARING = ("fifo", "shared")
+"""How messages in flight use the link: ``fifo``, the time model's one queue (deco-sgd.md
+§4: a message starts when the previous one's last bit has left); ``shared``, collectives on
+lanes of their own that send at once, each at a share of the link
+(:mod:`decobench.link_sharing`)."""
+
+
 @dataclass(frozen=True)
 class TransportModel:
     """A named pair of :class:`CollectiveCost`: sparse messages (all-gather) and dense ones
-    (all-reduce); ``source`` says where the numbers come from."""
+    (all-reduce); ``link_sharing`` (:data:`LINK_SHARING`) and, for ``shared``, ``lanes``
+    (collectives in flight at most; None: no bound); ``source`` says where the numbers come
+    from."""
 
     name: str
     all_gather: CollectiveCost
     all_reduce: CollectiveCost
     source: str = ""
+    link_sharing: str = "fifo"
+    lanes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.link_sharing not in LINK_SHARING:
+            raise DecobenchError(f"transport model: link_sharing must be one of "
+                                 f"{', '.join(LINK_SHARING)}, got {self.link_sharing!r}")
+        if self.lanes is not None and (isinstance(self.lanes, bool)
+                                       or not isinstance(self.lanes, int) or self.lanes < 1):
+            raise DecobenchError(f"transport model: lanes must be an integer >= 1 or null "
+                                 f"(no bound), got {self.lanes!r}")
 
     def cost(self, dense: bool) -> CollectiveCost:
         return self.all_reduce if dense else self.all_gather
 
     @property
     def ideal(self) -> bool:
-        return self.all_gather == CollectiveCost() and self.all_reduce == CollectiveCost()
+        return (self.all_gather == CollectiveCost() and self.all_reduce == CollectiveCost()
+                and self.link_sharing == "fifo")
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "source": self.source,
-                "all_gather": asdict(self.all_gather), "all_reduce": asdict(self.all_reduce)}
+                "all_gather": asdict(self.all_gather), "all_reduce": asdict(self.all_reduce),
+                "link_sharing": self.link_sharing, "lanes": self.lanes}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "transport model") -> TransportModel:
+        """The inverse of :meth:`to_dict`; a file without ``link_sharing`` (written before
+        it existed) is ``fifo``."""
         try:
             return cls(name=str(data["name"]), source=str(data.get("source", "")),
                        all_gather=CollectiveCost(**data["all_gather"]),
-                       all_reduce=CollectiveCost(**data["all_reduce"]))
+                       all_reduce=CollectiveCost(**data["all_reduce"]),
+                       link_sharing=str(data.get("link_sharing", "fifo")),
+                       lanes=data.get("lanes"))
         except (KeyError, TypeError) as exc:
             raise DecobenchError(f"{where}: not a transport model (needs name, all_gather and "
                                  f"all_reduce with latency_multiplier, goodput, burst_bits): "
                                  f"{exc}") from None
+
+    def with_link_sharing(self, link_sharing: str, lanes: int | None = None) -> TransportModel:
+        """The same costs with another :data:`LINK_SHARING` (and lanes)."""
+        return dataclasses.replace(self, link_sharing=link_sharing, lanes=lanes)
 
 
 IDEAL = TransportModel("ideal", CollectiveCost(), CollectiveCost(),
@@ -120,5 +158,5 @@ def load_transport_model(path: str | Path) -> TransportModel:
     return TransportModel.from_dict(data, where=f"--transport-model {path}")
 
 
-__all__ = ["IDEAL", "TRANSPORT_MODEL_FILE", "CollectiveCost", "TransportModel",
+__all__ = ["IDEAL", "LINK_SHARING", "TRANSPORT_MODEL_FILE", "CollectiveCost", "TransportModel",
            "load_transport_model"]

@@ -116,9 +116,16 @@ def _time_once(kind: str, elements: int, workers: int, group: Any, device: torch
 
 def calibrate(workers: int, topology: str, rate_bps: float, latency_s: float,
               comm_layer: bool, group: Any, device: torch.device,
-              timeout_s: float) -> tuple[TransportModel, list[Timing]]:
+              timeout_s: float, lanes: int = 1) -> tuple[TransportModel, list[Timing]]:
     """Time the collectives on ``group`` (every rank calls this at the same point) and fit
-    one :class:`CollectiveCost` per kind at the link's first setting ``(a, b)``."""
+    one :class:`CollectiveCost` per kind at the link's first setting ``(a, b)``.
+
+    The link's sharing follows the transport's structure, which single timings cannot
+    show: where the network holds the latency (``kernel``) each of the ``lanes``
+    collectives in flight pays its own round trips and sends beside the others
+    (``shared``, :mod:`decobench.link_sharing`); where the communication layer adds the
+    latency after a collective that holds none, one lane at a time is the time model's FIFO
+    queue (``fifo``)."""
     costs: dict[str, CollectiveCost] = {}
     timings: list[Timing] = []
     for kind in KINDS:
@@ -141,7 +148,10 @@ def calibrate(workers: int, topology: str, rate_bps: float, latency_s: float,
               f"{rate_bps / 1e6:g} Mbit/s, {latency_s * 1e3:g} ms, "
               f"{'comm-layer' if comm_layer else 'kernel'} latency) by "
               "decobench.emulated.calibrate")
-    return TransportModel("fitted", costs["all_gather"], costs["all_reduce"], source), timings
+    sharing = {"link_sharing": "fifo"} if comm_layer else {"link_sharing": "shared",
+                                                          "lanes": max(1, lanes)}
+    return TransportModel("fitted", costs["all_gather"], costs["all_reduce"], source,
+                          **sharing), timings
 
 
 def write_model(path: Path, model: TransportModel, timings: list[Timing],

@@ -20,7 +20,8 @@ method's own decisions is reported beside it (end to end).
 
 The emulated run calibrates the transport before training (``--calibrate-transport``:
 :mod:`decobench.emulated.calibrate` fits gloo's latency multiplier, goodput and the
-shaper's burst per collective kind and writes ``transport_model.json``). The simulated runs
+shaper's burst per collective kind and writes ``transport_model.json``, with the link shared
+by the run's lanes: :mod:`decobench.link_sharing`). The simulated runs
 are charged with that fitted model (``--transport-model``, :mod:`decobench.transport_model`);
 the same schedule on the ideal link of deco-sgd.md §4 is reported beside it, so the table
 shows both how far the ideal time model is from the real transport and whether the fitted

@@ -202,7 +202,7 @@ class DistributedTransport:
         rate, latency = self.trace.bandwidth_at(0.0), self.trace.latency_at(0.0)
         model, timings = calibrate(self.workers, self.topology, rate, latency,
                                    self.latency_mechanism != "kernel", group, self.device,
-                                   self.timeout_s)
+                                   self.timeout_s, lanes=max(1, self.collectives_in_flight))
         if self.leader and self.calibrate_to is not None:
             write_model(self.calibrate_to, model, timings,
                         {"bandwidth_mbps": rate / 1e6, "latency_ms": latency * 1e3,
