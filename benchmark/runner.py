@@ -82,6 +82,10 @@ class PreparedRun:
     dataset: str | None
     replay: tuple[Any, ...] | None = None
     transport: TransportModel = IDEAL
+    compute_times: tuple[float, ...] | None = None
+    """Simulated: T_k of iteration k (from ``compute_times[k]``; ``compute_time_s`` beyond
+    its end) instead of one T: ``decobench fidelity`` replays the emulated rank's measured
+    times (:func:`decobench.emulated.fidelity.measured_compute_times`)."""
 
 
 def label_of(config: RunConfig) -> str:
@@ -283,6 +287,10 @@ def resolved_config(run: PreparedRun, d: int, data_source: str,
         config["gradients"] = gradients
     if not run.transport.ideal:
         config["transport"] = run.transport.to_dict()
+    if run.compute_times is not None:
+        config["compute_times"] = {"iterations": len(run.compute_times),
+                                   "mean_s": sum(run.compute_times) / max(1, len(run.compute_times)),
+                                   "source": "replayed per iteration (decobench fidelity)"}
     return config
 
 
@@ -477,7 +485,8 @@ def _train_pass(run: PreparedRun, data: TaskData, evaluations: EvaluationSchedul
 
     transport = SimulatedTransport(trace_for, config.topology, config.workers,
                                    run.compute_time_s, run.transport,
-                                   device=resolve_device(config.device))
+                                   device=resolve_device(config.device),
+                                   compute_times=run.compute_times)
     _, book = evaluation_plan(run)
     trained = train(run, data, transport, evaluations, book, log, wall_start=wall_start,
                     show_progress=show_progress,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -29,7 +29,9 @@ class SimulatedTransport:
     ``trace_for(d)``: the network for a model of d parameters (built at :meth:`start`);
     ``compute_time_s``: T per iteration, or None to charge the measured wall time / n;
     ``transport``: the event clock's transport model (:mod:`decobench.transport_model`);
-    ``device``: where the model and the n workers' gradients live (``--device``).
+    ``device``: where the model and the n workers' gradients live (``--device``);
+    ``compute_times``: T_k per iteration k, taking precedence over ``compute_time_s`` while
+    it lasts (a replay of measured times: ``decobench fidelity``).
     """
 
     rows = slice(None)
@@ -38,13 +40,15 @@ class SimulatedTransport:
 
     def __init__(self, trace_for: Callable[[int], Trace], topology: str, workers: int,
                  compute_time_s: float | None, transport: TransportModel = IDEAL,
-                 device: torch.device | None = None) -> None:
+                 device: torch.device | None = None,
+                 compute_times: Sequence[float] | None = None) -> None:
         self.device = torch.device("cpu") if device is None else device
         self.trace_for = trace_for
         self.transport = transport
         self.topology = topology
         self.workers = workers
         self.compute_time_s = compute_time_s
+        self.compute_times = None if compute_times is None else tuple(compute_times)
         self.exchange = LocalExchange()
         self._in_flight: list[tuple[float, int, Observation]] = []  # (arrive_s, iteration, ·)
         self._diverged_at: int | None = None
@@ -94,8 +98,11 @@ class SimulatedTransport:
         return self._due
 
     def complete(self, iteration: int, sent: Sent, work_s: float) -> IterationTimes:
-        compute_s = (self.compute_time_s if self.compute_time_s is not None
-                     else work_s / self.workers)
+        if self.compute_times is not None and iteration < len(self.compute_times):
+            compute_s = self.compute_times[iteration]
+        else:
+            compute_s = (self.compute_time_s if self.compute_time_s is not None
+                         else work_s / self.workers)
         payload = sent.payload
         timing = self.clock.step(compute_s, payload.bits_per_worker, sent.staleness,
                                  payload.dense)

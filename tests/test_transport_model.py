@@ -200,3 +200,35 @@ def test_fidelity_T_is_the_time_rank_0_did_not_wait():
     assert measured_compute_s(rows, warmup=1) == pytest.approx((2.0 - 1.0 - 0.7) / 3)
     with pytest.raises(DecobenchError, match="fidelity needs more than 4 logged iterations"):
         measured_compute_s(rows, warmup=4)
+
+
+def test_fidelity_replays_rank_0s_time_not_waiting_iteration_by_iteration():
+    from decobench.emulated.fidelity import measured_compute_times
+
+    # T_r = t_r - t_{r-1} - wait_{r-1}, t_0 = 0: the rows' times and waits by hand
+    rows = [{"iteration": 1, "sim_time_s": 0.2, "wait_s": 0.0},
+            {"iteration": 2, "sim_time_s": 1.0, "wait_s": 0.5},
+            {"iteration": 3, "sim_time_s": 1.6, "wait_s": 0.0},
+            {"iteration": 4, "sim_time_s": 1.7, "wait_s": 0.2}]
+    assert measured_compute_times(rows) == pytest.approx((0.2, 0.8, 0.1, 0.1))
+    with pytest.raises(DecobenchError, match="iteration 2 has none"):
+        measured_compute_times([rows[0], rows[2]])
+
+
+def test_a_simulated_clock_charges_replayed_compute_times_then_the_constant():
+    import torch
+
+    from decobench.compressors import Compressed
+    from decobench.methods import Sent
+    from decobench.netem.trace import Trace
+    from decobench.simulated import SimulatedTransport
+
+    trace = Trace(times_s=(0.0,), bandwidth_bps=(1e9,), latency_s=(0.0,))
+    transport = SimulatedTransport(lambda d: trace, "paper", 1, 0.5,
+                                   compute_times=(0.1, 0.3))
+    transport.start(4)
+    payload = Compressed(values=torch.zeros(1, 4), indices=None, d=4, bits_per_worker=0,
+                         delta=1.0)
+    ends = [transport.complete(k, Sent(payload=payload, staleness=0), 9.0).sim_time_s
+            for k in range(4)]
+    assert ends == pytest.approx([0.1, 0.4, 0.9, 1.4])

@@ -1,10 +1,12 @@
 """``decobench fidelity``: the same run on both backends, per-iteration time compared.
 
 For each method the emulated run goes first (real processes, shaped links, measured time).
-The simulated run then uses the same configuration with the compute time T fixed to what
-the emulated ranks measured (:func:`measured_compute_s`: rank 0's time per iteration not
-spent waiting for messages), so the comparison tests the network part of the time model,
-not this machine's arithmetic speed; the profile's T is reported beside it. Per-iteration
+The simulated run then uses the same configuration with each iteration's compute time T_k
+set to what emulated rank 0 measured at that iteration (:func:`measured_compute_times`: its
+time not spent waiting for messages), so the comparison tests the network part of the time
+model, not this machine's arithmetic speed or its variance (a plan at the bubble-free edge
+waits whenever one iteration computes faster than its message crosses); the mean T
+(:func:`measured_compute_s`) and the profile's T are reported beside it. Per-iteration
 time is measured over a window that skips the first ``warmup`` iterations (connection
 set-up and first-touch costs on the emulated side):
 
@@ -117,6 +119,29 @@ def measured_compute_s(rows: Sequence[dict[str, Any]], warmup: int) -> float:
     waited = sum(float(r.get("wait_s", 0.0)) for r in rows
                  if warmup <= int(r["iteration"]) < last)
     return max(0.0, per_iteration - waited / (last - warmup))
+
+
+def measured_compute_times(rows: Sequence[dict[str, Any]]) -> tuple[float, ...]:
+    """Rank 0's time not spent waiting in each iteration, for the replay: the row of
+    iteration r (1-based, ``sim_time_s`` = t_r at the end of its compute) gives
+    ``T_r = t_r − t_{r−1} − wait_{r−1}`` (``t_0 = 0``; the wait logged with iteration r − 1
+    is spent between t_{r−1} and t_r, as in :func:`measured_compute_s`), the compute time of
+    the clock's iteration r − 1. Every iteration must be logged (``log_every`` 1)."""
+    by_iteration = {int(r["iteration"]): r for r in rows if "sim_time_s" in r}
+    if not by_iteration:
+        return ()
+    last = max(by_iteration)
+    missing = [r for r in range(1, last + 1) if r not in by_iteration]
+    if missing:
+        raise DecobenchError(f"fidelity needs a metrics row for every iteration; iteration "
+                             f"{missing[0]} has none (log_every must be 1)")
+    times, before, waited = [], 0.0, 0.0
+    for r in range(1, last + 1):
+        row = by_iteration[r]
+        t = float(row["sim_time_s"])
+        times.append(max(0.0, t - before - waited))
+        before, waited = t, float(row.get("wait_s", 0.0))
+    return tuple(times)
 
 
 def first_plan(rows: Sequence[dict[str, Any]]) -> tuple[float, int] | None:
@@ -266,6 +291,9 @@ def run_fidelity(base: RunConfig, methods: Sequence[str], out: Path, warmup: int
             run = prepare(RunConfig(**{**simulated, "transport_model": model,
                                        "out": str(out / name / method)}))
             run = replayed(run, read_metrics(emu_dir)) if replay else run
+            if replay:                       # the emulated rank's T_k, iteration by iteration
+                run = dataclasses.replace(
+                    run, compute_times=measured_compute_times(read_metrics(emu_dir)))
             execute(run, overwrite=overwrite, show_progress=show_progress)
             runs[name] = Path(run.out)
         rows.append(compare(method, emu_dir, runs["simulated"], runs["simulated-own-plan"],

@@ -166,6 +166,7 @@ class DistributedTransport:
         self._observed: list[Observation] = []
         self._losses: dict[int, float] = {}
         self._start = self._end = 0.0
+        self._busy_from: float | None = None   # where the T̂ sample's work began (submit)
         self._waited = 0.0
         self._transfer: Arrival | None = None
         self.checkpoints = checkpoints
@@ -225,6 +226,8 @@ class DistributedTransport:
 
     def observations(self, iteration: int) -> list[Observation]:
         self._start = self.clock.train_s()
+        if self._busy_from is None:
+            self._busy_from = self._start
         observed, self._observed = self._observed, []
         return observed
 
@@ -238,12 +241,17 @@ class DistributedTransport:
                  | (FLAG_CHECKPOINT if self._raise_checkpoint else 0))
         self.diverged_here = self._raise_checkpoint = False
         header = {"iteration": float(iteration), "flags": float(flags), "loss": loss}
-        # T̂'s sample is this iteration's compute, the freshest, not that of the message the
-        # header reports on: the first iteration's holds one-off costs (106-134 ms against
-        # 35-50 ms after, cnn-fmnist cpu, measured), and DeCo's first plan, made from the
-        # first report, then read T̂ three times too large (δ 0.15 / τ 3 where the simulated
-        # run with the measured T chose 0.045 / 6)
-        compute_s = self.clock.train_s() - self._start
+        # T̂'s sample is the time this rank worked (did not wait) from the end of the last
+        # iteration's waiting to here: that iteration's decoding, applying and logging, and
+        # this iteration's compute and compression, all of which the time model's T is
+        # (measured_compute_s in decobench.emulated.fidelity is its mean). Compute alone read
+        # T̂ 29 ms where the iterations worked 44 ms (cnn-fmnist cpu), and DeCo's first plan
+        # was δ 0.028 / τ 8 against 0.043 / 6 from the measured T. The freshest iteration,
+        # not that of the message the header reports on: the first iteration's holds one-off
+        # costs (106-134 ms against 35-50 ms after, measured), which read T̂ three times too
+        # large in the first plan (δ 0.15 / τ 3 against 0.045 / 6)
+        compute_s = self.clock.train_s() - (self._start if self._busy_from is None
+                                            else self._busy_from)
         if self.checkpoints is not None and self.checkpoints.latest is not None:
             header["saved_iteration"] = float(self.checkpoints.latest)
         reported = self.sent.get(self.report_next) if self.report_next is not None else None
@@ -263,6 +271,7 @@ class DistributedTransport:
         assert self.comm is not None, "start() first"
         due = [s for s in self.unapplied if s + self.sent[s].staleness <= iteration]
         self._waited, self._transfer, self.report_next = 0.0, None, None
+        started = self.clock.train_s()
         arrived: list[Due] = []
         for s in due:
             arrival, wait_s = self.comm.wait(s)
@@ -288,6 +297,7 @@ class DistributedTransport:
             arrived.append(_as_due(arrival))
             self._learn_loss(s, arrival)
         self.bubble_s += self._waited
+        self._busy_from = started + self._waited     # the next T̂ sample counts the rest
         for s in [s for s in self.sent
                   if s < iteration - KEEP_RECORDS and s not in self.unapplied]:
             del self.sent[s]                          # keep the record bounded
