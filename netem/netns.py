@@ -327,6 +327,9 @@ class NamespaceNetwork:
     loss: float = field(default=0.0, init=False)
     _switches: dict[int, Any] = field(default_factory=dict, init=False, repr=False)
     delay_stats: dict[int, Any] = field(default_factory=dict, init=False, repr=False)
+    qdisc_stats: dict[int, list[dict[str, Any]]] = field(default_factory=dict, init=False,
+                                                          repr=False)
+    """Each worker link's qdisc counters, read at teardown (:func:`qdisc_counters`)."""
     _delayers: dict[int, Delayer] = field(default_factory=dict, init=False, repr=False)
     _log: list[CommandRecord] = field(default_factory=list, init=False, repr=False)
     _created: list[str] = field(default_factory=list, init=False, repr=False)
@@ -436,6 +439,7 @@ class NamespaceNetwork:
     def teardown(self) -> None:
         """Delete every namespace this network created; safe to call more than once."""
         errors: list[str] = []
+        self._read_qdisc_stats()
         while self._delayers:
             i, delayer = self._delayers.popitem()
             try:
@@ -457,6 +461,33 @@ class NamespaceNetwork:
                 + "; ".join(errors)
                 + " (remove leftovers with `python -m decobench.netem.netns --cleanup`)"
             )
+
+    def _read_qdisc_stats(self) -> None:
+        """Read every worker link's qdisc counters before its namespace goes (best effort:
+        a link that cannot be read keeps no counters). A drop at the shaper is a
+        retransmission, a round trip or more, in the run's timings."""
+        if self.runner is None:
+            return
+        for i in range(self.plan.workers):
+            ns = self.plan.worker_namespace(i)
+            if ns not in self._created:
+                continue
+            try:
+                out = self.runner.run(in_netns(ns, ["tc", "-s", "-j", "qdisc", "show", "dev",
+                                                    WORKER_DEVICE])).stdout
+            except (CommandError, OSError):
+                continue
+            counters = qdisc_counters(out)
+            if counters is not None:
+                self.qdisc_stats[i] = counters
+
+    def qdisc_report(self) -> dict[str, Any]:
+        """The links' qdisc counters (after teardown) for the run directory, with the total
+        of drops over every worker's egress."""
+        links = {str(i): c for i, c in sorted(self.qdisc_stats.items())}
+        return {"device": WORKER_DEVICE, "drops": sum(q["drops"] for c in links.values()
+                                                      for q in c),
+                "links": links}
 
     # ------------------------------------------------------------------------ shaping
     def apply(self, setting: LinkSetting) -> None:
@@ -566,6 +597,29 @@ class NamespaceNetwork:
 
 
 # ------------------------------------------------------------------------ netem check
+QDISC_COUNTERS = ("bytes", "packets", "drops", "overlimits", "requeues")
+"""The counters :func:`qdisc_counters` keeps of each qdisc."""
+
+
+def qdisc_counters(json_text: str) -> list[dict[str, Any]] | None:
+    """``tc -s -j qdisc show``'s output as one dict per qdisc: kind, handle, parent and
+    :data:`QDISC_COUNTERS`; None when it is not that JSON (an old tc without ``-j``)."""
+    try:
+        qdiscs = json.loads(json_text)
+    except (json.JSONDecodeError, TypeError):
+        return None
+    if not isinstance(qdiscs, list):
+        return None
+    kept = []
+    for q in qdiscs:
+        if not isinstance(q, dict) or "kind" not in q:
+            return None
+        kept.append({"kind": q["kind"], "handle": q.get("handle", ""),
+                     "parent": q.get("parent", "root" if q.get("root") else ""),
+                     **{c: int(q.get(c, 0)) for c in QDISC_COUNTERS}})
+    return kept
+
+
 def kernel_has_netem(runner: Runner | None = None) -> bool:
     """Whether the kernel can add a ``netem`` qdisc (``sch_netem`` built in or loadable).
 

@@ -5,11 +5,18 @@ class and qdisc lines a fake runner is given, per (namespace, device), and answe
 
 from __future__ import annotations
 
+import json
+
 
 def _split(argv: list[str]) -> tuple[str | None, list[str]]:
     if argv[:3] == ["ip", "netns", "exec"]:
         return argv[3], argv[4:]
     return None, argv
+
+
+def _without_options(tc: list[str]) -> list[str]:
+    """``tc -s -j qdisc show ...`` as ``tc qdisc show ...``."""
+    return tc[:1] + [w for w in tc[1:] if not (w.startswith("-") and len(w) == 2)]
 
 
 def _sysctl_key(path: str) -> str:
@@ -30,6 +37,7 @@ class TcEcho:
         self.rules: dict[str | None, list[str]] = {}  # iptables INPUT rules per namespace
         self.routes: dict[tuple, str] = {}            # (namespace, device) -> route line
         self.sysctls: dict[tuple, str] = {}           # (namespace, key) -> value
+        self.drops: dict[tuple, int] = {}             # (namespace, device) -> drops to report
 
     @staticmethod
     def is_tuning(argv: list[str]) -> bool:
@@ -58,9 +66,10 @@ class TcEcho:
 
     @staticmethod
     def is_read(argv: list[str]) -> bool:
-        _, tc = _split(list(argv))
+        _, words = _split(list(argv))
+        tc = _without_options(words) if words[:1] == ["tc"] else words
         return (tc[:1] == ["tc"] and len(tc) > 2 and tc[2] == "show") or (
-            tc[:1] == ["iptables"] and "-S" in tc)
+            words[:1] == ["iptables"] and "-S" in words)
 
     def _iptables(self, ns: str | None, words: list[str]) -> str:
         rules = self.rules.setdefault(ns, [])
@@ -83,6 +92,13 @@ class TcEcho:
             return self._iptables(ns, tc[1:])
         if tc[:1] != ["tc"] or "dev" not in tc:
             return ""
+        if "-j" in tc:                              # tc -s -j qdisc show dev D: counters
+            key = (ns, tc[tc.index("dev") + 1])
+            return json.dumps([{"kind": line.split()[1], "handle": line.split()[2],
+                                "bytes": 1000, "packets": 10, "drops": self.drops.get(key, 0),
+                                "overlimits": 0, "requeues": 0}
+                               for line in self.qdiscs.get(key, {}).values()])
+        tc = _without_options(tc)
         kind, verb, key = tc[1], tc[2], (ns, tc[tc.index("dev") + 1])
         if verb == "show":
             table = self.classes if kind == "class" else self.qdiscs

@@ -451,3 +451,28 @@ def test_a_missing_program_names_its_package(program, fix):
         netns.SubprocessRunner().run([program, "-n"])
     assert str(caught.value) == (f"{program}: command not found (needed for: {program} -n); "
                                  f"{fix}")
+
+
+def test_teardown_reads_every_links_qdisc_counters_first():
+    """Drops at the shaper are retransmissions in the run's timings: the counters are read
+    before the namespaces go and reported with their total (qdisc_stats.json)."""
+    from decobench.netem.netns import qdisc_counters
+
+    runner = FakeRunner()
+    runner.tc.drops[("dcb00009-w1", "eth0")] = 3
+    plan = NetworkPlan(workers=2, prefix="dcb00009", subnet_octet=9)
+    with NamespaceNetwork(plan, S, "netem", runner=runner) as net:
+        pass
+    reads = [" ".join(a) for a in runner.reads if "-j" in a]
+    assert reads == [f"ip netns exec dcb00009-w{i} tc -s -j qdisc show dev eth0"
+                     for i in range(2)]
+    report = net.qdisc_report()
+    assert report["drops"] == 3 * len(net.qdisc_stats[1])
+    assert set(report["links"]) == {"0", "1"} and report["links"]["0"][0]["bytes"] == 1000
+    # tc's JSON, by hand; anything else is no counters
+    text = ('[{"kind":"htb","handle":"1:","root":true,"bytes":9,"packets":3,"drops":2,'
+            '"overlimits":5,"requeues":0,"backlog":0,"qlen":0}]')
+    assert qdisc_counters(text) == [{"kind": "htb", "handle": "1:", "parent": "root",
+                                     "bytes": 9, "packets": 3, "drops": 2, "overlimits": 5,
+                                     "requeues": 0}]
+    assert qdisc_counters("qdisc htb 1: root") is None and qdisc_counters('{"a": 1}') is None

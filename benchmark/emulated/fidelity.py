@@ -18,7 +18,8 @@ Evaluations are pushed to the last iteration so they do not perturb the measurem
 Adaptive methods choose (δ, τ) from what they measure, and the two backends measure
 different things (exact trace values vs real transfers), so the simulated run that checks
 the time model replays the emulated run's schedule; a second simulated run with the
-method's own decisions is reported beside it (end to end).
+method's own decisions (with the mean T) is reported beside it (end to end), and its first
+plan is compared with the emulated run's.
 
 The emulated run calibrates the transport before training (``--calibrate-transport``:
 :mod:`decobench.emulated.calibrate` fits gloo's latency multiplier, goodput and the
@@ -84,6 +85,9 @@ class FidelityRow:
     emulated_first_plan: tuple[float, int] | None = None
     planned_first_plan: tuple[float, int] | None = None
     first_plan_within_tolerance: bool | None = None
+    emulated_link_drops: int | None = None
+    """Packets the emulated links' shapers dropped in the run (each a retransmission, a round
+    trip or more, that the time model does not have); None where tc could not be read."""
 
 
 def iteration_time(rows: Sequence[dict[str, Any]], warmup: int) -> float:
@@ -191,7 +195,16 @@ def compare(method: str, emulated_dir: Path, simulated_dir: Path, planned_dir: P
         ideal_iteration_s=ideal, ideal_relative_difference=(emu - ideal) / ideal,
         transport_model=transport_model, emulated_first_plan=emulated_plan,
         planned_first_plan=planned_plan,
-        first_plan_within_tolerance=plans_agree(emulated_plan, planned_plan))
+        first_plan_within_tolerance=plans_agree(emulated_plan, planned_plan),
+        emulated_link_drops=link_drops(emulated_dir))
+
+
+def link_drops(run_dir: Path) -> int | None:
+    """The drops the emulated run's ``qdisc_stats.json`` counted (None without the file)."""
+    path = Path(run_dir) / "qdisc_stats.json"
+    if not path.is_file():
+        return None
+    return int(json.loads(path.read_text()).get("drops", 0))
 
 
 def _bubble_fraction(rows: Sequence[dict[str, Any]], warmup: int) -> float:
@@ -210,14 +223,16 @@ def render_markdown(rows: Sequence[FidelityRow], header: dict[str, Any]) -> str:
     lines = ["# Fidelity: simulated vs emulated per-iteration time", ""]
     lines += [f"- {k}: {v}" for k, v in header.items()]
     lines += ["", "Time model check: the simulated runs replay the (δ, τ) schedule the emulated "
-              "run chose, with T = rank 0's time per iteration not spent waiting for "
-              "messages (compute, compression, decoding, applying), on the ideal link "
-              "of deco-sgd.md §4 and with the transport model fitted on the emulated links "
-              "(difference and verdict: the fitted model).", "",
+              "run chose, with each iteration's T_k = rank 0's time in that iteration not "
+              "spent waiting for messages (compute, compression, decoding, applying; T "
+              "measured is their mean), on the ideal link of deco-sgd.md §4 and with the "
+              "transport model fitted on the emulated links (difference and verdict: the "
+              "fitted model). Link drops: packets the emulated shapers dropped (each a "
+              "retransmission the time model does not have).", "",
               "| method | T measured (ms) | emulated s/it | simulated s/it, ideal link | "
               "simulated s/it, fitted transport | difference | within 10% | δ̄ | τ̄ | "
-              "bubble emu / sim |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "bubble emu / sim | link drops |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r.method} | {r.compute_s_measured * 1e3:.1f} | {r.emulated_iteration_s:.4f} | "
@@ -225,7 +240,8 @@ def render_markdown(rows: Sequence[FidelityRow], header: dict[str, Any]) -> str:
             f"{r.simulated_iteration_s:.4f} | {r.relative_difference * 100:+.1f}% | "
             f"{'yes' if r.within_tolerance else 'NO'} | {r.emulated_mean_delta:.4g} | "
             f"{r.emulated_mean_tau:.2f} | {r.emulated_bubble_fraction:.2f} / "
-            f"{r.simulated_bubble_fraction:.2f} |")
+            f"{r.simulated_bubble_fraction:.2f} | "
+            f"{'-' if r.emulated_link_drops is None else r.emulated_link_drops} |")
     lines += ["", "End to end: the simulated run making its own (δ, τ) decisions (fitted "
               "transport), and the first plan (δ / τ) of each side (adaptive methods).", "",
               "| method | emulated s/it | δ̄ / τ̄ emulated | simulated s/it (own plan) | "

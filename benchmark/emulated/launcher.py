@@ -53,6 +53,8 @@ MASTER_PORT = 29500
 START_FILE = ".clock_start"
 LAUNCH_CONFIG = "launch/run.yaml"
 DELAY_REPORT = "nfqueue_delay.json"
+QDISC_REPORT = "qdisc_stats.json"
+"""The worker links' qdisc counters at the end of the run (drops: retransmissions)."""
 """Under the ``nfqueue`` latency mechanism: each link's delayer statistics (packets, CPU
 seconds and share of a core, release lag behind the due time), written at the end."""
 
@@ -171,6 +173,8 @@ def launch(run: PreparedRun, overwrite: bool = False, show_progress: bool = True
         signal.signal(signal.SIGTERM, previous)
         if net is not None and net.delay_stats:
             write_text_atomic(out / DELAY_REPORT, json.dumps(net.delay_report(), indent=2) + "\n")
+        if net is not None and net.qdisc_stats:
+            write_text_atomic(out / QDISC_REPORT, json.dumps(net.qdisc_report(), indent=2) + "\n")
     if not (out / SUMMARY).is_file():
         raise RunFailed(_record_failure(out, "rank 0 exited without writing summary.json",
                                         lost=()))
