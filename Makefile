@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-# Suite of `make reproduce` (smoke, cpu-paper, cpu-paper-vit, regime-maps, gpu-day, paper,
+# Suite of `make reproduce` (smoke, cpu-paper, regime-maps, gpu-day, paper,
 # scaling, theory or planner-study; or a suite YAML file) and where its runs and report go.
 SUITE   ?= smoke
 RESULTS ?= results/$(notdir $(basename $(SUITE)))
@@ -15,11 +15,11 @@ JOBS    ?=
 # each task downloads its data set. ImageNet has no download: IMAGENET=/path/to/imagenet.
 FMNIST_ROOT   ?= $(wildcard ../shared/data/fashion-mnist-mini)
 WIKITEXT_ROOT ?= $(wildcard ../shared/data/wikitext-2)
-# The cpu-paper, cpu-paper-vit and regime-maps suites run CIFAR-10 and ImageNet on offline
+# The cpu-paper and regime-maps suites run CIFAR-10 and ImageNet on offline
 # STAND-INS built from the Fashion-MNIST slice (labelled as such in every run; docs/tasks/) unless you give
 # the real data sets with CIFAR10_ROOT= and IMAGENET=.
 STANDINS ?= data/standins
-ifneq ($(filter cpu-paper cpu-paper-vit regime-maps,$(notdir $(basename $(SUITE)))),)
+ifneq ($(filter cpu-paper regime-maps,$(notdir $(basename $(SUITE)))),)
 CIFAR10_ROOT  ?= $(STANDINS)/cifar10
 IMAGENET      ?= $(STANDINS)/imagenet
 endif
