@@ -232,3 +232,28 @@ def test_a_simulated_clock_charges_replayed_compute_times_then_the_constant():
     ends = [transport.complete(k, Sent(payload=payload, staleness=0), 9.0).sim_time_s
             for k in range(4)]
     assert ends == pytest.approx([0.1, 0.4, 0.9, 1.4])
+
+
+def test_network_plan_takes_the_emulated_network_and_the_simulated_compute_time():
+    from types import SimpleNamespace
+
+    from decobench.emulated.fidelity import network_plan
+    from decobench.phi import get_phi
+    from decobench.planner import plan
+
+    options = SimpleNamespace(phi="paper", tau_max=32, delta_min=1e-4, kappa=1.0,
+                              planner="paper")
+    emulated = [{"iteration": 1, "delta": 0.01, "tau": 0},
+                {"iteration": 3, "delta": 0.03, "tau": 8, "plan_bandwidth_mbps": 20.7,
+                 "plan_latency_ms": 201.6, "plan_compute_ms": 32.7}]
+    simulated = [{"iteration": 2, "delta": 0.04, "tau": 6, "plan_bandwidth_mbps": 22.2,
+                  "plan_latency_ms": 201.7, "plan_compute_ms": 41.7}]
+    expected = plan(454922, 2, 0.0417, 20.7e6, 0.2016, topology="ring",
+                    phi=get_phi("paper"))
+    got = network_plan(emulated, simulated, options, 454922, 2, "ring")
+    assert got == (expected.delta, expected.staleness)
+    # with the emulated T̂ instead, the plan moves: the check is not the emulated plan again
+    assert got != (lambda p: (p.delta, p.staleness))(
+        plan(454922, 2, 0.0327, 20.7e6, 0.2016, topology="ring", phi=get_phi("paper")))
+    assert network_plan(emulated[:1], simulated, options, 454922, 2, "ring") is None
+    assert network_plan(emulated, simulated, SimpleNamespace(), 454922, 2, "ring") is None

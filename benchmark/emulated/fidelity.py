@@ -42,6 +42,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from decobench.atomicio import write_text_atomic
 from decobench.config import RunConfig
 from decobench.errors import DecobenchError
@@ -85,6 +87,10 @@ class FidelityRow:
     emulated_first_plan: tuple[float, int] | None = None
     planned_first_plan: tuple[float, int] | None = None
     first_plan_within_tolerance: bool | None = None
+    network_first_plan: tuple[float, int] | None = None
+    """The plan from the emulated run's first â, b̂ and the simulated run's first T̂
+    (:func:`network_plan`): the first plans with the compute time's noise taken out."""
+    network_plan_within_tolerance: bool | None = None
     emulated_link_drops: int | None = None
     """Packets the emulated links' shapers dropped in the run (each a retransmission, a round
     trip or more, that the time model does not have); None where tc could not be read."""
@@ -157,6 +163,33 @@ def first_plan(rows: Sequence[dict[str, Any]]) -> tuple[float, int] | None:
     return None
 
 
+def _first_plan_row(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    for row in sorted(rows, key=lambda r: int(r["iteration"])):
+        if all(k in row for k in ("plan_bandwidth_mbps", "plan_latency_ms", "plan_compute_ms")):
+            return row
+    return None
+
+
+def network_plan(emulated: Sequence[dict[str, Any]], planned: Sequence[dict[str, Any]],
+                 options: Any, d: int, workers: int,
+                 topology: str) -> tuple[float, int] | None:
+    """The plan DeCo's planner (deco-sgd.md §5) makes from the emulated run's first â and b̂
+    with the simulated run's first T̂: the first-plan comparison with the compute time taken
+    out, so it tests only what the two backends measure of the network. ``options``: the
+    method's planner options (None, or a method without them: no plan)."""
+    from decobench.phi import get_phi
+    from decobench.planner import plan
+
+    e, p = _first_plan_row(emulated), _first_plan_row(planned)
+    if e is None or p is None or not hasattr(options, "phi"):
+        return None
+    chosen = plan(d, workers, float(p["plan_compute_ms"]) / 1e3,
+                  float(e["plan_bandwidth_mbps"]) * 1e6, float(e["plan_latency_ms"]) / 1e3,
+                  topology=topology, phi=get_phi(options.phi), tau_max=options.tau_max,
+                  delta_min=options.delta_min, kappa=options.kappa, objective=options.planner)
+    return chosen.delta, chosen.staleness
+
+
 def plans_agree(emulated: tuple[float, int] | None, simulated: tuple[float, int] | None,
                 tolerance: float = TOLERANCE) -> bool | None:
     """Both first plans within ``tolerance``: δ relative to the simulated one, τ within
@@ -170,7 +203,8 @@ def plans_agree(emulated: tuple[float, int] | None, simulated: tuple[float, int]
 def compare(method: str, emulated_dir: Path, simulated_dir: Path, planned_dir: Path,
             warmup: int, compute_s_measured: float,
             compute_s_profile: float | None, ideal_dir: Path | None = None,
-            transport_model: str = "ideal") -> FidelityRow:
+            transport_model: str = "ideal",
+            network_first_plan: tuple[float, int] | None = None) -> FidelityRow:
     emulated, simulated = read_metrics(emulated_dir), read_metrics(simulated_dir)
     planned = read_metrics(planned_dir)
     emu, sim = iteration_time(emulated, warmup), iteration_time(simulated, warmup)
@@ -196,7 +230,9 @@ def compare(method: str, emulated_dir: Path, simulated_dir: Path, planned_dir: P
         transport_model=transport_model, emulated_first_plan=emulated_plan,
         planned_first_plan=planned_plan,
         first_plan_within_tolerance=plans_agree(emulated_plan, planned_plan),
-        emulated_link_drops=link_drops(emulated_dir))
+        emulated_link_drops=link_drops(emulated_dir),
+        network_first_plan=network_first_plan,
+        network_plan_within_tolerance=plans_agree(network_first_plan, planned_plan))
 
 
 def link_drops(run_dir: Path) -> int | None:
@@ -243,17 +279,23 @@ def render_markdown(rows: Sequence[FidelityRow], header: dict[str, Any]) -> str:
             f"{r.simulated_bubble_fraction:.2f} | "
             f"{'-' if r.emulated_link_drops is None else r.emulated_link_drops} |")
     lines += ["", "End to end: the simulated run making its own (δ, τ) decisions (fitted "
-              "transport), and the first plan (δ / τ) of each side (adaptive methods).", "",
+              "transport), and the first plan (δ / τ) of each side (adaptive methods). The "
+              "last two columns plan from the emulated run's first â and b̂ with the "
+              "simulated run's first T̂: the network's part of the comparison, without the "
+              "compute time's noise.", "",
               "| method | emulated s/it | δ̄ / τ̄ emulated | simulated s/it (own plan) | "
               "δ̄ / τ̄ simulated | first plan emulated | first plan simulated | "
-              "within 10% |", "|---|---|---|---|---|---|---|---|"]
+              "within 10% | from emulated â, b̂ and simulated T̂ | within 10% |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         agree = {None: "-", True: "yes", False: "NO"}[r.first_plan_within_tolerance]
         lines.append(
             f"| {r.method} | {r.emulated_iteration_s:.4f} | {r.emulated_mean_delta:.4g} / "
             f"{r.emulated_mean_tau:.2f} | {r.planned_iteration_s:.4f} | "
             f"{r.planned_mean_delta:.4g} / {r.planned_mean_tau:.2f} | "
-            f"{_plan(r.emulated_first_plan)} | {_plan(r.planned_first_plan)} | {agree} |")
+            f"{_plan(r.emulated_first_plan)} | {_plan(r.planned_first_plan)} | {agree} | "
+            f"{_plan(r.network_first_plan)} | "
+            f"{ {None: '-', True: 'yes', False: 'NO'}[r.network_plan_within_tolerance]} |")
     return "\n".join(lines) + "\n"
 
 
@@ -312,9 +354,14 @@ def run_fidelity(base: RunConfig, methods: Sequence[str], out: Path, warmup: int
                     run, compute_times=measured_compute_times(read_metrics(emu_dir)))
             execute(run, overwrite=overwrite, show_progress=show_progress)
             runs[name] = Path(run.out)
+        d = int(yaml.safe_load((emu_dir / "config.yaml").read_text()).get("parameters", 0))
+        net_plan = (network_plan(read_metrics(emu_dir), read_metrics(runs["simulated-own-plan"]),
+                                 prepared.options, d, base.workers, emulated.topology)
+                    if d > 0 else None)
         rows.append(compare(method, emu_dir, runs["simulated"], runs["simulated-own-plan"],
                             warmup, t_measured, prepared.profile.compute_time_s,
-                            ideal_dir=runs["simulated-ideal"], transport_model=fitted))
+                            ideal_dir=runs["simulated-ideal"], transport_model=fitted,
+                            network_first_plan=net_plan))
         header = {"task": base.task, "profile": base.profile, "workers": base.workers,
                   "network": base.trace or base.regime, "topology": emulated.topology,
                   "max_iters": base.max_iters, "warmup_iterations": warmup,
