@@ -91,7 +91,7 @@ class _Collective:
 
 class SharedLink:
     """The fluid of the module docstring over ``link``, with at most ``lanes`` collectives
-    in flight (None: no bound). :meth:`issue` adds a collective at the fluid's time,
+    in flight (None: no bound). :meth:`issue` adds a collective at its issue time,
     :meth:`advance_to` and :meth:`arrival` move the fluid forward (never back),
     :meth:`pop_final` hands over the timings that became final, in send order."""
 
@@ -109,15 +109,10 @@ class SharedLink:
         self._final: list[IterationTiming] = []
         self._tx_end = 0.0                           # tx_end of the last final message
 
-    @property
-    def now_s(self) -> float:
-        """How far the fluid has run."""
-        return self._now
-
     def issue(self, timing: IterationTiming, link_bits_at_rate: float, steps: int,
               latency_factor: float) -> None:
-        """Add iteration ``timing.iteration``'s collective at its ``end_s`` (the fluid must
-        have run exactly that far: :meth:`advance_to`): ``steps`` ring steps,
+        """Add iteration ``timing.iteration``'s collective at its ``end_s`` (the fluid runs
+        there first and must not have run past it): ``steps`` ring steps,
         ``link_bits_at_rate = (hW − B)/g`` bits in all, ``latency_factor = m·l``."""
         if timing.end_s < self._now:
             raise DecobenchError(f"shared link: collective {timing.iteration} issued at "
@@ -139,8 +134,7 @@ class SharedLink:
             if event > t:
                 self._move(t, sending, None)
                 return
-            self._move(event, sending, least if send_end <= event else None)
-            self._settle()
+            self._take(event, sending, least, send_end)
 
     def arrival(self, iteration: int) -> float:
         """Delivery time of an issued message, running the fluid until it is delivered (the
@@ -150,8 +144,7 @@ class SharedLink:
             if not math.isfinite(event):
                 raise DecobenchError(f"shared link: message {iteration} is never delivered "
                                      "(no collective in flight can finish on this link)")
-            self._move(event, sending, least if send_end <= event else None)
-            self._settle()
+            self._take(event, sending, least, send_end)
         return self._arrivals[iteration]
 
     def forget_before(self, iteration: int) -> None:
@@ -180,6 +173,11 @@ class SharedLink:
         if sending:
             send_end = self._link.transmission_end(self._now, least * sending)
         return min(event, send_end), sending, least, send_end
+
+    def _take(self, event: float, sending: int, least: float, send_end: float) -> None:
+        """Run the fluid to ``event`` (:meth:`_next_event`) and apply its phase changes."""
+        self._move(event, sending, least if send_end <= event else None)
+        self._settle()
 
     def _move(self, t: float, sending: int, sent: float | None) -> None:
         """Move the fluid to ``t``; every sending collective sends ``sent`` bits (the least

@@ -222,8 +222,7 @@ class EventClock:
         if self._shared is None:
             self._tx_end = tx_end
             self._final.append(timing)
-        else:
-            self._shared.advance_to(end)
+        else:                                # issue runs the fluid to end_k first
             self._shared.issue(timing, rate_bits, steps=max(1, round(factors.l)),
                                latency_factor=cost.latency_multiplier * factors.l)
         return timing

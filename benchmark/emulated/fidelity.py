@@ -42,8 +42,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from decobench.atomicio import write_text_atomic
 from decobench.config import RunConfig
 from decobench.errors import DecobenchError
@@ -251,6 +249,10 @@ def _bubble_fraction(rows: Sequence[dict[str, Any]], warmup: int) -> float:
     return bubble / span if span > 0 else 0.0
 
 
+def _agree(verdict: bool | None) -> str:
+    return {None: "-", True: "yes", False: "NO"}[verdict]
+
+
 def _plan(plan: tuple[float, int] | None) -> str:
     return "-" if plan is None else f"{plan[0]:.4g} / {plan[1]}"
 
@@ -288,14 +290,13 @@ def render_markdown(rows: Sequence[FidelityRow], header: dict[str, Any]) -> str:
               "within 10% | from emulated â, b̂ and simulated T̂ | within 10% |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        agree = {None: "-", True: "yes", False: "NO"}[r.first_plan_within_tolerance]
         lines.append(
             f"| {r.method} | {r.emulated_iteration_s:.4f} | {r.emulated_mean_delta:.4g} / "
             f"{r.emulated_mean_tau:.2f} | {r.planned_iteration_s:.4f} | "
             f"{r.planned_mean_delta:.4g} / {r.planned_mean_tau:.2f} | "
-            f"{_plan(r.emulated_first_plan)} | {_plan(r.planned_first_plan)} | {agree} | "
-            f"{_plan(r.network_first_plan)} | "
-            f"{ {None: '-', True: 'yes', False: 'NO'}[r.network_plan_within_tolerance]} |")
+            f"{_plan(r.emulated_first_plan)} | {_plan(r.planned_first_plan)} | "
+            f"{_agree(r.first_plan_within_tolerance)} | {_plan(r.network_first_plan)} | "
+            f"{_agree(r.network_plan_within_tolerance)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -340,22 +341,22 @@ def run_fidelity(base: RunConfig, methods: Sequence[str], out: Path, warmup: int
         summary = launch(prepared, overwrite=overwrite, show_progress=show_progress,
                          wandb=False)
         emu_dir = Path(prepared.out)
+        emu_rows = read_metrics(emu_dir)
         fitted = str(emu_dir / TRANSPORT_MODEL_FILE)
-        t_measured = measured_compute_s(read_metrics(emu_dir), warmup)
+        t_measured = measured_compute_s(emu_rows, warmup)
+        compute_times = measured_compute_times(emu_rows)
         simulated = {**common, "backend": "simulated", "compute_time_s": t_measured}
         runs = {}
         for name, model, replay in (("simulated", fitted, True), ("simulated-ideal", None, True),
                                     ("simulated-own-plan", fitted, False)):
             run = prepare(RunConfig(**{**simulated, "transport_model": model,
                                        "out": str(out / name / method)}))
-            run = replayed(run, read_metrics(emu_dir)) if replay else run
-            if replay:                       # the emulated rank's T_k, iteration by iteration
-                run = dataclasses.replace(
-                    run, compute_times=measured_compute_times(read_metrics(emu_dir)))
+            if replay:            # the emulated schedule, and rank 0's T_k iteration by iteration
+                run = dataclasses.replace(replayed(run, emu_rows), compute_times=compute_times)
             execute(run, overwrite=overwrite, show_progress=show_progress)
             runs[name] = Path(run.out)
-        d = int(yaml.safe_load((emu_dir / "config.yaml").read_text()).get("parameters", 0))
-        net_plan = (network_plan(read_metrics(emu_dir), read_metrics(runs["simulated-own-plan"]),
+        d = int(summary.get("parameters", 0))
+        net_plan = (network_plan(emu_rows, read_metrics(runs["simulated-own-plan"]),
                                  prepared.options, d, base.workers, emulated.topology)
                     if d > 0 else None)
         rows.append(compare(method, emu_dir, runs["simulated"], runs["simulated-own-plan"],

@@ -53,10 +53,10 @@ MASTER_PORT = 29500
 START_FILE = ".clock_start"
 LAUNCH_CONFIG = "launch/run.yaml"
 DELAY_REPORT = "nfqueue_delay.json"
-QDISC_REPORT = "qdisc_stats.json"
-"""The worker links' qdisc counters at the end of the run (drops: retransmissions)."""
 """Under the ``nfqueue`` latency mechanism: each link's delayer statistics (packets, CPU
 seconds and share of a core, release lag behind the due time), written at the end."""
+QDISC_REPORT = "qdisc_stats.json"
+"""The worker links' qdisc counters at the end of the run (drops: retransmissions)."""
 
 
 class RunFailed(DecobenchError):
