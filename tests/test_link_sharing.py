@@ -153,6 +153,19 @@ def test_shared_link_conserves_work_and_delivers_everything_in_time(steps, lanes
     assert last >= first + 0.05 + sum(t.bits for t in final.values()) / 10e6 - 1e-9
 
 
+def test_a_shared_model_needs_a_link_that_can_integrate_its_rate():
+    class RateOnly:                   # the time model's Link: enough for fifo, not for shared
+        def transmission_end(self, start_s, bits):
+            return start_s + bits / 10.0
+
+        def latency_at(self, t):
+            return 1.0
+
+    EventClock(RateOnly(), transport=shared().with_link_sharing("fifo"))
+    with pytest.raises(DecobenchError, match="needs a link with capacity_bits.*RateOnly"):
+        EventClock(RateOnly(), transport=shared())
+
+
 def test_model_files_carry_the_sharing_and_older_files_are_fifo(tmp_path):
     model = shared(lanes=8)
     assert not model.ideal and shared().with_link_sharing("fifo").ideal
