@@ -8,9 +8,13 @@ DD-EF-SGD (deco-sgd.md §2) with the compressor C = Quant_b ∘ TopK_r ∘ RandS
 :mod:`decobench.baselines.cocktail_compressor` in place of global Top-k:
     p_t^i = e_t^i + g_t^i,   Δ_t^i = C_δ(p_t^i) (dequantised),   e_{t+1}^i = p_t^i − Δ_t^i,
     u_t = (1/n) Σ_i Σ_{s : s + τ = t} Δ_s^i,   x_{t+1} = shared optimizer step on u_t,
-with a static (δ, τ) equal to DeCo's FIRST plan: iteration 0 is the probe (δ =
-``initial_delta``, τ = 0), exactly as in DeCo-SGD; the first plan is made from its
-measurement and then never changes (``PLAN_ONCE``). DeCo's planner sizes δ with Top-k's
+with a static (δ, τ) equal to DeCo's FIRST plan: iteration 0 is the probe (τ = 0), as in
+DeCo-SGD; the first plan is made from its measurement and then never changes
+(``PLAN_ONCE``). The probe sends as many wire bits as DeCo-SGD's (Top-k at
+``initial_delta``): CocktailSGD's own message at ``initial_delta`` is about 4x smaller, and a
+shaper's burst carries a large part of so small a message at line rate, so the estimators
+read a bandwidth well above the link's (``cocktail_probe = "deco"``, :func:`probe_delta`;
+``"own"`` keeps the compact probe). DeCo's planner sizes δ with Top-k's
 wire bits; CocktailSGD then sends its own, smaller, quantised messages and the clock charges
 those bits.
 
@@ -30,6 +34,7 @@ Decisions of this project:
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 from pydantic import Field, model_validator
 from torch import Tensor
@@ -49,6 +54,7 @@ from decobench.methods.decisions import (
     DecisionPolicy,
 )
 from decobench.methods.options import PlannerOptions
+from decobench.wire import wire_bits as topk_wire_bits_at
 
 REFERENCE_DELTA = 0.02
 """The reference's p·r = 0.1 · 0.2."""
@@ -80,6 +86,14 @@ class CocktailOptions(PlannerOptions):
                                          "instead of DeCo's first plan")
     cocktail_tau: int | None = Field(None, ge=0, le=1000, description="a static staleness τ "
                                      "in iterations given by hand (with --cocktail-delta)")
+    cocktail_probe: Literal["deco", "own"] = Field("deco", description="the probe iteration "
+                                                   "0: 'deco' sends as many wire bits as "
+                                                   "DeCo-SGD's probe (Top-k at "
+                                                   "--initial-delta), so the first plan reads "
+                                                   "the link from the same message size; "
+                                                   "'own' sends CocktailSGD's compact message "
+                                                   "at --initial-delta (a shaper's burst "
+                                                   "inflates its measured bandwidth)")
 
     @model_validator(mode="after")
     def _static_pair(self) -> CocktailOptions:
@@ -121,13 +135,36 @@ class CocktailSGD(DDEFSGD):
         })
 
 
+def probe_delta(compressor: CocktailCompressor, initial_delta: float, d: int) -> float:
+    """The smallest δ in [``initial_delta``, 1] at which CocktailSGD's message has at least
+    the wire bits of DeCo-SGD's probe, Top-k at ``initial_delta`` (deco-sgd.md §3); 1 if
+    none has. Bisection on δ: the message's bits never fall as δ grows."""
+    need = topk_wire_bits_at(initial_delta, d)
+    if compressor.size(initial_delta, d).bits_per_worker >= need:
+        return initial_delta
+    if compressor.size(1.0, d).bits_per_worker < need:
+        return 1.0
+    low, high = initial_delta, 1.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        if compressor.size(mid, d).bits_per_worker >= need:
+            high = mid
+        else:
+            low = mid
+    return high
+
+
 def cocktail_controller(context: MethodContext, options: CocktailOptions) -> Controller:
-    """The reference recipe, a hand-given pair, or DeCo's first plan frozen."""
+    """The reference recipe, a hand-given pair, or DeCo's first plan frozen (its probe sized
+    by ``cocktail_probe``)."""
     if options.cocktail_reference_defaults:
         return StaticController(REFERENCE_DELTA, REFERENCE_TAU)
     if options.cocktail_delta is not None and options.cocktail_tau is not None:
         return StaticController(options.cocktail_delta, options.cocktail_tau)
-    return deco_controller(context, options, interval=PLAN_ONCE)
+    initial = options.initial_delta
+    if options.cocktail_probe == "deco":
+        initial = probe_delta(_compressor(context, options), initial, context.d)
+    return deco_controller(context, options, interval=PLAN_ONCE, initial_delta=initial)
 
 
 def _compressor(context: MethodContext, options: CocktailOptions) -> CocktailCompressor:

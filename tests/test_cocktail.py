@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from decobench.baselines.cocktail import COCKTAIL_SGD_SPEC, CocktailOptions
+from decobench.baselines.cocktail import COCKTAIL_SGD_SPEC, CocktailOptions, probe_delta
 from decobench.baselines.cocktail_compressor import (
     CocktailCompressor,
     quantise,
@@ -195,9 +195,10 @@ def _observation(k, bits=1e6, bandwidth=1e8, latency=0.05, compute=0.01):
 def test_first_plan_is_frozen_while_deco_replans():
     """d = 10^6, 4 workers: the probe, then the planner's hand-checked case (δ, τ) =
     (0.28125, 3) from â = 100 Mbit/s, b̂ = 200 ms, T̂ = 100 ms (tests/test_methods.py). A later
-    very fast link makes DeCo-SGD re-plan to (1, 1); CocktailSGD keeps its first plan."""
+    very fast link makes DeCo-SGD re-plan to (1, 1); CocktailSGD keeps its first plan. The
+    compact probe (``cocktail_probe="own"``); the default is checked below."""
     context = _context(1_000_000, 4, lr=0.01)
-    cocktail = _build(context, estimator_alpha=1.0)
+    cocktail = _build(context, estimator_alpha=1.0, cocktail_probe="own")
     deco_spec = get_method_spec("deco-sgd")
     deco = deco_spec.build(context, deco_spec.options(estimator_alpha=1.0, deco_interval=10))
     g = torch.randn(4, 1_000_000, generator=torch.Generator().manual_seed(0))
@@ -229,6 +230,31 @@ def test_first_plan_is_frozen_while_deco_replans():
         assert "plan_bandwidth_mbps" not in later.log
     replanned = deco.step(11, xd, g)
     assert (replanned.delta, replanned.staleness) == (1.0, 1)
+
+
+def test_probe_sends_deco_sgds_bits():
+    """d = 10^6: DeCo-SGD's probe is Top-k at δ = 0.01, k = 10000 coordinates of
+    32 + ⌈log2 10^6⌉ = 52 bits, 520,000 bits. CocktailSGD's default probe is the smallest
+    message with at least as many: δ > 0.1 samples p = δ with r = 1, so m = k and
+    W = 5m + 16⌈m/128⌉; m = 101,463 gives 507,315 + 16·793 = 520,003 bits, m = 101,462
+    gives 519,998. The plan made from it is the one the compact probe gives."""
+    context = _context(1_000_000, 4, lr=0.01)
+    g = torch.randn(4, 1_000_000, generator=torch.Generator().manual_seed(0))
+    method = _build(context, estimator_alpha=1.0)
+    probe = method.step(0, torch.zeros(1_000_000), g)
+    assert (probe.delta, probe.staleness, probe.bits_per_worker) == (0.101463, 0, 520_003)
+    assert probe.log["cocktail_kept"] == 101_463
+    compressor = CocktailCompressor(1_000_000, seed=0)
+    assert probe_delta(compressor, 0.01, 1_000_000) == pytest.approx(0.101463, abs=1e-6)
+    assert compressor.size(0.101462, 1_000_000).bits_per_worker == 519_998
+    # δ = 10^-4: the 100,000-bit sample mask alone outweighs Top-k's 100 · 52 = 5,200 bits,
+    # so δ stays; δ = 0.9: Top-k is dense (32 d), which no CocktailSGD message reaches
+    # (δ = 1 is 5d + 16·7813 bits), so the probe is δ = 1
+    assert probe_delta(compressor, 0.0001, 1_000_000) == 0.0001
+    assert probe_delta(compressor, 0.9, 1_000_000) == 1.0
+    method.observe(_observation(0, bandwidth=1e8, latency=0.2, compute=0.1))
+    planned = method.step(1, torch.zeros(1_000_000), g)
+    assert (planned.delta, planned.staleness) == (0.28125, 3)
 
 
 def test_reference_defaults():

@@ -33,7 +33,9 @@ METHODS = ("accordion", "cocktail-sgd", "cocktail-sgd-topk", "d-sgd", "dd-ef-sgd
 ARGS = ["--task", "cnn-fmnist", "--workers", "2", "--batch-size", "16", "--max-iters", "12",
         "--eval-every", "6", "--no-progress", "--trace", "wan-200ms-lowbw-varying",
         "--seed", "3"]
-EXTRA = {"deco-sgd": ["--deco-interval", "3"], "dd-ef-sgd": ["--delta", "0.1", "--tau", "1"]}
+EXTRA = {"deco-sgd": ["--deco-interval", "3"], "dd-ef-sgd": ["--delta", "0.1", "--tau", "1"],
+         # pinned before CocktailSGD's probe was sized like DeCo-SGD's (tests/test_cocktail.py)
+         "cocktail-sgd": ["--cocktail-probe", "own"]}
 WALL_FIELDS = ("wall_time_s",)
 
 

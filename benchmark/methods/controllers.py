@@ -143,11 +143,13 @@ PLAN_ONCE = 2**62
 
 
 def deco_controller(context: MethodContext, options: PlannerOptions,
-                    interval: int) -> DecoController:
+                    interval: int, initial_delta: float | None = None) -> DecoController:
     """A :class:`DecoController` built from the planner options; ``interval = PLAN_ONCE``
-    freezes the first plan (CocktailSGD as the DeCo paper runs it)."""
+    freezes the first plan (CocktailSGD as the DeCo paper runs it). ``initial_delta``
+    overrides the options' probe δ (CocktailSGD sizes its probe like DeCo-SGD's)."""
     return DecoController(
         d=context.d, workers=context.workers, topology=context.topology,
         phi=get_phi(options.phi), interval=interval, tau_max=options.tau_max,
-        delta_min=options.delta_min, kappa=options.kappa, initial_delta=options.initial_delta,
+        delta_min=options.delta_min, kappa=options.kappa,
+        initial_delta=options.initial_delta if initial_delta is None else initial_delta,
         estimator=LinkEstimator(alpha=options.estimator_alpha), objective=options.planner)
