@@ -330,6 +330,8 @@ class NamespaceNetwork:
     qdisc_stats: dict[int, list[dict[str, Any]]] = field(default_factory=dict, init=False,
                                                           repr=False)
     """Each worker link's qdisc counters, read at teardown (:func:`qdisc_counters`)."""
+    tcp_stats: dict[int, dict[str, int]] = field(default_factory=dict, init=False, repr=False)
+    """Each worker namespace's TCP counters, read at teardown (:func:`tcp_counters`)."""
     _delayers: dict[int, Delayer] = field(default_factory=dict, init=False, repr=False)
     _log: list[CommandRecord] = field(default_factory=list, init=False, repr=False)
     _created: list[str] = field(default_factory=list, init=False, repr=False)
@@ -463,9 +465,10 @@ class NamespaceNetwork:
             )
 
     def _read_qdisc_stats(self) -> None:
-        """Read every worker link's qdisc counters before its namespace goes (best effort:
-        a link that cannot be read keeps no counters). A drop at the shaper is a
-        retransmission, a round trip or more, in the run's timings."""
+        """Read every worker link's qdisc counters and its namespace's TCP counters before
+        the namespace goes (best effort: a link that cannot be read keeps no counters). A
+        drop at the shaper, and any retransmission (a drop anywhere, or a timer that fired
+        without one), costs a round trip or more in the run's timings."""
         if self.runner is None:
             return
         for i in range(self.plan.workers):
@@ -476,18 +479,30 @@ class NamespaceNetwork:
                 out = self.runner.run(in_netns(ns, ["tc", "-s", "-j", "qdisc", "show", "dev",
                                                     WORKER_DEVICE])).stdout
             except (CommandError, OSError):
-                continue
+                out = ""
             counters = qdisc_counters(out)
             if counters is not None:
                 self.qdisc_stats[i] = counters
+            try:
+                out = self.runner.run(in_netns(ns, ["cat", *TCP_COUNTER_FILES])).stdout
+            except (CommandError, OSError):
+                continue
+            tcp = tcp_counters(out)
+            if tcp is not None:
+                self.tcp_stats[i] = tcp
 
     def qdisc_report(self) -> dict[str, Any]:
-        """The links' qdisc counters (after teardown) for the run directory, with the total
-        of drops over every worker's egress."""
+        """The links' qdisc counters and the namespaces' TCP counters (after teardown) for
+        the run directory, with the totals of drops over every worker's egress and of
+        retransmitted segments over every worker."""
         links = {str(i): c for i, c in sorted(self.qdisc_stats.items())}
+        tcp = {str(i): c for i, c in sorted(self.tcp_stats.items())}
         return {"device": WORKER_DEVICE, "drops": sum(q["drops"] for c in links.values()
                                                       for q in c),
-                "links": links}
+                "links": links,
+                "retransmitted_segments": (sum(c["retransmitted_segments"]
+                                               for c in tcp.values()) if tcp else None),
+                "tcp": tcp}
 
     # ------------------------------------------------------------------------ shaping
     def apply(self, setting: LinkSetting) -> None:
@@ -599,6 +614,36 @@ class NamespaceNetwork:
 # ------------------------------------------------------------------------ netem check
 QDISC_COUNTERS = ("bytes", "packets", "drops", "overlimits", "requeues")
 """The counters :func:`qdisc_counters` keeps of each qdisc."""
+
+
+TCP_COUNTER_FILES = ("/proc/net/snmp", "/proc/net/netstat")
+"""The namespace's TCP counters (each namespace has its own, from zero)."""
+
+TCP_COUNTERS = {("Tcp", "RetransSegs"): "retransmitted_segments",
+                ("TcpExt", "TCPLossProbes"): "loss_probes",
+                ("TcpExt", "TCPTimeouts"): "timeouts",
+                ("TcpExt", "TCPSpuriousRTOs"): "spurious_timeouts",
+                ("TcpExt", "TCPFastRetrans"): "fast_retransmits"}
+"""The counters :func:`tcp_counters` keeps, by (table, field) of /proc/net/snmp and
+/proc/net/netstat, and the names the report gives them."""
+
+
+def tcp_counters(text: str) -> dict[str, int] | None:
+    """:data:`TCP_COUNTERS` from the text of :data:`TCP_COUNTER_FILES`: each table is a line
+    of names (``Tcp: RtoAlgorithm ...``) and a line of values with the same prefix. None
+    without ``Tcp: RetransSegs``; a missing TcpExt field counts 0 (older kernels)."""
+    tables: dict[str, dict[str, str]] = {}
+    lines = [line.split() for line in text.splitlines() if ":" in line]
+    for names, values in zip(lines, lines[1:]):
+        if names[0] == values[0] and names[0].endswith(":") and not names[1].lstrip("-").isdigit():
+            tables.setdefault(names[0][:-1], dict(zip(names[1:], values[1:])))
+    if "RetransSegs" not in tables.get("Tcp", {}):
+        return None
+    try:
+        return {name: int(tables.get(table, {}).get(key, 0))
+                for (table, key), name in TCP_COUNTERS.items()}
+    except ValueError:
+        return None
 
 
 def qdisc_counters(json_text: str) -> list[dict[str, Any]] | None:

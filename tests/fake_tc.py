@@ -38,6 +38,7 @@ class TcEcho:
         self.routes: dict[tuple, str] = {}            # (namespace, device) -> route line
         self.sysctls: dict[tuple, str] = {}           # (namespace, key) -> value
         self.drops: dict[tuple, int] = {}             # (namespace, device) -> drops to report
+        self.retransmits: dict[str | None, int] = {}  # namespace -> TCP RetransSegs to report
 
     @staticmethod
     def is_tuning(argv: list[str]) -> bool:
@@ -69,7 +70,8 @@ class TcEcho:
         _, words = _split(list(argv))
         tc = _without_options(words) if words[:1] == ["tc"] else words
         return (tc[:1] == ["tc"] and len(tc) > 2 and tc[2] == "show") or (
-            words[:1] == ["iptables"] and "-S" in words)
+            words[:1] == ["iptables"] and "-S" in words) or (
+            words[:1] == ["cat"] and "/proc/net/snmp" in words)
 
     def _iptables(self, ns: str | None, words: list[str]) -> str:
         rules = self.rules.setdefault(ns, [])
@@ -90,6 +92,9 @@ class TcEcho:
             return self._tuning(ns, tc)
         if tc[:1] == ["iptables"]:
             return self._iptables(ns, tc[1:])
+        if tc[:1] == ["cat"] and "/proc/net/snmp" in tc:   # the namespace's TCP counters
+            return (f"Tcp: RtoAlgorithm RetransSegs InErrs\nTcp: 1 {self.retransmits.get(ns, 0)} 0\n"
+                    "TcpExt: TCPLossProbes TCPTimeouts\nTcpExt: 2 1\n")
         if tc[:1] != ["tc"] or "dev" not in tc:
             return ""
         if "-j" in tc:                              # tc -s -j qdisc show dev D: counters

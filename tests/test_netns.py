@@ -476,3 +476,38 @@ def test_teardown_reads_every_links_qdisc_counters_first():
                                      "bytes": 9, "packets": 3, "drops": 2, "overlimits": 5,
                                      "requeues": 0}]
     assert qdisc_counters("qdisc htb 1: root") is None and qdisc_counters('{"a": 1}') is None
+
+
+def test_teardown_reads_every_namespaces_tcp_counters():
+    """A retransmission (after a drop anywhere, or a timer firing without one) stalls a
+    message for a round trip or more: each worker namespace's TCP counters are read before
+    it goes and reported with the total of retransmitted segments."""
+    runner = FakeRunner()
+    runner.tc.retransmits["dcb00009-w1"] = 7
+    plan = NetworkPlan(workers=2, prefix="dcb00009", subnet_octet=9)
+    with NamespaceNetwork(plan, S, "netem", runner=runner) as net:
+        pass
+    reads = [" ".join(a) for a in runner.reads if a[4:5] == ["cat"]]
+    assert reads == [f"ip netns exec dcb00009-w{i} cat /proc/net/snmp /proc/net/netstat"
+                     for i in range(2)]
+    report = net.qdisc_report()
+    assert report["retransmitted_segments"] == 7
+    assert report["tcp"]["1"] == {"retransmitted_segments": 7, "loss_probes": 2, "timeouts": 1,
+                                  "spurious_timeouts": 0, "fast_retransmits": 0}
+
+
+def test_tcp_counters_by_hand():
+    """/proc/net/snmp and /proc/net/netstat: a names line and a values line per table; a
+    TcpExt field the kernel lacks counts 0; without Tcp's RetransSegs there are none."""
+    from decobench.netem.netns import tcp_counters
+
+    text = ("Ip: Forwarding DefaultTTL\nIp: 1 64\n"
+            "Tcp: RtoAlgorithm RtoMin RetransSegs\nTcp: 1 200 12\n"
+            "Udp: InDatagrams\nUdp: 5\n"
+            "TcpExt: SyncookiesSent TCPLossProbes TCPTimeouts TCPFastRetrans\n"
+            "TcpExt: 0 4 3 5\nIpExt: InNoRoutes\nIpExt: 0\n")
+    assert tcp_counters(text) == {"retransmitted_segments": 12, "loss_probes": 4, "timeouts": 3,
+                                  "spurious_timeouts": 0, "fast_retransmits": 5}
+    assert tcp_counters("Tcp: RtoAlgorithm\nTcp: 1\n") is None
+    assert tcp_counters("") is None
+    assert tcp_counters("Tcp: RetransSegs\nTcp: x\n") is None

@@ -257,3 +257,16 @@ def test_network_plan_takes_the_emulated_network_and_the_simulated_compute_time(
         plan(454922, 2, 0.0327, 20.7e6, 0.2016, topology="ring", phi=get_phi("paper")))
     assert network_plan(emulated[:1], simulated, options, 454922, 2, "ring") is None
     assert network_plan(emulated, simulated, SimpleNamespace(), 454922, 2, "ring") is None
+
+
+def test_fidelity_reads_the_emulated_runs_link_counters(tmp_path):
+    """Drops and retransmitted segments come from the run's qdisc_stats.json; a run without
+    the file, or from before the TCP counters were read, has none (printed '-')."""
+    from decobench.emulated.fidelity import link_drops, retransmits
+
+    assert link_drops(tmp_path) is None and retransmits(tmp_path) is None
+    (tmp_path / "qdisc_stats.json").write_text(json.dumps({"drops": 2, "links": {}}))
+    assert (link_drops(tmp_path), retransmits(tmp_path)) == (2, None)
+    (tmp_path / "qdisc_stats.json").write_text(json.dumps(
+        {"drops": 0, "links": {}, "retransmitted_segments": 5, "tcp": {}}))
+    assert (link_drops(tmp_path), retransmits(tmp_path)) == (0, 5)

@@ -92,6 +92,9 @@ class FidelityRow:
     emulated_link_drops: int | None = None
     """Packets the emulated links' shapers dropped in the run (each a retransmission, a round
     trip or more, that the time model does not have); None where tc could not be read."""
+    emulated_retransmits: int | None = None
+    """TCP segments the emulated hosts retransmitted (a drop anywhere, or a loss probe or
+    timeout that fired without one); None where the counters could not be read."""
 
 
 def iteration_time(rows: Sequence[dict[str, Any]], warmup: int) -> float:
@@ -229,8 +232,19 @@ def compare(method: str, emulated_dir: Path, simulated_dir: Path, planned_dir: P
         planned_first_plan=planned_plan,
         first_plan_within_tolerance=plans_agree(emulated_plan, planned_plan),
         emulated_link_drops=link_drops(emulated_dir),
+        emulated_retransmits=retransmits(emulated_dir),
         network_first_plan=network_first_plan,
         network_plan_within_tolerance=plans_agree(network_first_plan, planned_plan))
+
+
+def retransmits(run_dir: Path) -> int | None:
+    """The TCP segments the emulated run's hosts retransmitted (``qdisc_stats.json``; None
+    without the file or the counters)."""
+    path = Path(run_dir) / "qdisc_stats.json"
+    if not path.is_file():
+        return None
+    value = json.loads(path.read_text()).get("retransmitted_segments")
+    return None if value is None else int(value)
 
 
 def link_drops(run_dir: Path) -> int | None:
@@ -265,12 +279,14 @@ def render_markdown(rows: Sequence[FidelityRow], header: dict[str, Any]) -> str:
               "spent waiting for messages (compute, compression, decoding, applying; T "
               "measured is their mean), on the ideal link of deco-sgd.md §4 and with the "
               "transport model fitted on the emulated links (difference and verdict: the "
-              "fitted model). Link drops: packets the emulated shapers dropped (each a "
-              "retransmission the time model does not have).", "",
+              "fitted model). Link drops: packets the emulated shapers dropped; "
+              "retransmits: TCP segments the emulated hosts sent again (after a drop "
+              "anywhere, or a timer that fired); each costs a round trip or more the time "
+              "model does not have.", "",
               "| method | T measured (ms) | emulated s/it | simulated s/it, ideal link | "
               "simulated s/it, fitted transport | difference | within 10% | δ̄ | τ̄ | "
-              "bubble emu / sim | link drops |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "bubble emu / sim | link drops | retransmits |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r.method} | {r.compute_s_measured * 1e3:.1f} | {r.emulated_iteration_s:.4f} | "
@@ -279,7 +295,8 @@ def render_markdown(rows: Sequence[FidelityRow], header: dict[str, Any]) -> str:
             f"{'yes' if r.within_tolerance else 'NO'} | {r.emulated_mean_delta:.4g} | "
             f"{r.emulated_mean_tau:.2f} | {r.emulated_bubble_fraction:.2f} / "
             f"{r.simulated_bubble_fraction:.2f} | "
-            f"{'-' if r.emulated_link_drops is None else r.emulated_link_drops} |")
+            f"{'-' if r.emulated_link_drops is None else r.emulated_link_drops} | "
+            f"{'-' if r.emulated_retransmits is None else r.emulated_retransmits} |")
     lines += ["", "End to end: the simulated run making its own (δ, τ) decisions (fitted "
               "transport), and the first plan (δ / τ) of each side (adaptive methods). The "
               "last two columns plan from the emulated run's first â and b̂ with the "
