@@ -49,8 +49,10 @@ class CollectiveCost:
     """The cost of one kind of collective beyond the ideal link (module docstring).
 
     ``latency_multiplier`` m: the delivery delay is ``m·l·b``; ``goodput`` g: the fraction
-    of the link's rate the collective's bits get; ``burst_bits`` B: bits (of ``h·W``) that
-    pass before the rate applies."""
+    of the link's rate the collective's bits get (under ``shared`` link sharing, the most a
+    collective gets while the link's rate is shared among those sending:
+    :mod:`decobench.link_sharing`); ``burst_bits`` B: bits (of ``h·W``) that pass before the
+    rate applies."""
 
     latency_multiplier: float = 1.0
     goodput: float = 1.0

@@ -67,6 +67,51 @@ def test_a_message_sent_later_slows_the_earlier_one_down():
     assert alone[0].arrive_s == pytest.approx(3.0)
 
 
+def test_goodput_caps_each_collective_not_the_link():
+    # g = 0.5: a lone collective sends at 5 bit/s on a 10 bit/s link (what FIFO charges:
+    # 10 bits in 2 s, arrive 0.5 + 2 + 0.5 = 3.0). Two issued together each send at
+    # min(0.5, 1/2)·10 = 5 bit/s, so they fill the link and both arrive at 3.0 (a loss of
+    # the link's capacity would have sent them at 2.5 bit/s each and delivered at 5.0)
+    half = CollectiveCost(latency_multiplier=1.0, goodput=0.5, burst_bits=0.0)
+    alone = timings(EventClock(ConstantLink(10.0, 1.0), transport=shared(cost=half)),
+                    [(0.0, 10.0, 5)])
+    assert alone[0].arrive_s == pytest.approx(3.0)
+    t = timings(EventClock(ConstantLink(10.0, 1.0), transport=shared(cost=half)),
+                [(0.0, 10.0, 5), (0.0, 10.0, 5)])
+    assert (t[0].arrive_s, t[1].arrive_s) == pytest.approx((3.0, 3.0))
+    # g = 0.8, three together: each at min(0.8, 1/3)·10 bit/s, 10 bits in 3 s, arrive 4.0;
+    # a lone one at 8 bit/s: 10 bits in 1.25 s, arrive 2.25
+    most = CollectiveCost(latency_multiplier=1.0, goodput=0.8, burst_bits=0.0)
+    t = timings(EventClock(ConstantLink(10.0, 1.0), transport=shared(cost=most)),
+                [(0.0, 10.0, 5)] * 3)
+    assert [t[k].arrive_s for k in range(3)] == pytest.approx([4.0] * 3)
+    alone = timings(EventClock(ConstantLink(10.0, 1.0), transport=shared(cost=most)),
+                    [(0.0, 10.0, 5)])
+    assert alone[0].arrive_s == pytest.approx(2.25)
+
+
+def test_shares_fill_the_link_under_unequal_caps():
+    """Max-min fairness with caps: an all-gather (g = 0.2) beside an all-reduce (g = 1)
+    gets 0.2 of the link and the all-reduce the other 0.8. a = 10 bit/s, b = 1 s, both
+    issued at 0 and sending from 0.5: the all-reduce's 8 bits at 8 bit/s end at 1.5
+    (arrive 2.0); the all-gather then sends alone at 2 bit/s, its 4 bits at 2 bit/s end at
+    2.5 (2 bits by 1.5, 2 more by 2.5), arrive 3.0."""
+    from decobench.link_sharing import SharedLink
+    from decobench.timemodel import IterationTiming
+
+    link = SharedLink(ConstantLink(10.0, 1.0))
+    for k, (bits, g) in enumerate(((4.0, 0.2), (8.0, 1.0))):
+        timing = IterationTiming(iteration=k, start_s=0.0, end_s=0.0, tx_start_s=math.nan,
+                                 tx_end_s=math.nan, arrive_s=math.nan, compute_s=0.0,
+                                 bubble_s=0.0, bits=bits, staleness=5, link_bits=bits,
+                                 latency_factor=1.0)
+        link.issue(timing, bits, steps=1, latency_factor=1.0, goodput=g)
+    assert link.arrival(1) == pytest.approx(2.0)
+    assert link.arrival(0) == pytest.approx(3.0)
+    with pytest.raises(DecobenchError, match="goodput must be > 0"):
+        link.issue(timing, 1.0, steps=1, latency_factor=1.0, goodput=0.0)
+
+
 def test_one_lane_is_one_collective_at_a_time():
     # lanes = 1: message 1 starts when 0 is delivered (2.0) and arrives at 4.0
     clock = EventClock(ConstantLink(10.0, 1.0), transport=shared(lanes=1))
