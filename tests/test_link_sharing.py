@@ -276,3 +276,34 @@ def test_calibration_writes_the_sharing_of_the_transport_it_timed(monkeypatch, c
         assert (model.link_sharing, model.lanes) == ("fifo", None)
     else:
         assert (model.link_sharing, model.lanes) == ("shared", 8)
+
+
+def test_calibration_starts_each_timed_collective_after_a_barrier(monkeypatch):
+    """Both ranks start a timed collective together (back to back, a lone all-gather took
+    1.5x its link time on the emulated links): the barrier comes before the clock starts."""
+    from types import SimpleNamespace
+
+    from decobench.emulated import calibrate as calibration
+
+    events = []
+
+    class Work:
+        def wait(self, timeout):
+            events.append("wait")
+
+    def collective(*args, group=None, async_op=False, **kwargs):
+        events.append(("collective", group))
+        return Work()
+
+    fake = SimpleNamespace(barrier=lambda group=None: events.append(("barrier", group)),
+                           all_gather=collective, all_reduce=collective)
+    clock = iter([1.0, 1.5])
+    monkeypatch.setattr(calibration, "dist", fake)
+    monkeypatch.setattr(calibration.time, "monotonic",
+                        lambda: events.append("clock") or next(clock))
+    for kind in ("all_gather", "all_reduce"):
+        events.clear()
+        clock = iter([1.0, 1.5])
+        assert calibration._time_once(kind, 8, 2, "lane0", torch.device("cpu"), 5.0) == 0.5
+        assert events == [("barrier", "lane0"), "clock", ("collective", "lane0"), "wait",
+                          "clock"]

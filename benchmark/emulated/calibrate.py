@@ -9,6 +9,9 @@ on one process group, in the same order:
 - collectives whose ``h·W`` takes :data:`SIZES_S` seconds of the link at ``a``,
   :data:`REPEATS` times each (the least duration counts).
 
+Each timed collective starts after a barrier on the group, so both ranks start it together
+(:func:`_time_once`).
+
 The fit per kind (:func:`fit_cost`), with ``x = h·W`` and ``y = duration − c`` (plus the
 latency the communication layer adds, ``l·b``, under ``comm-layer``): least squares of
 ``y = α·x + β`` gives the goodput ``g = 1 / (α·a)`` and the burst ``B = −β/α`` (bits that
@@ -102,6 +105,12 @@ def fit_cost(timings: list[Timing], rate_bps: float, latency_s: float, latency_f
 def _time_once(kind: str, elements: int, workers: int, group: Any, device: torch.device,
                timeout_s: float) -> float:
     tensor = torch.zeros(max(1, elements), device=device)
+    # Both ranks start together, as a run's ranks start a collective after their own
+    # compute. Back to back, without this barrier, a lone 1-20 Mbit all-gather took 1.5x
+    # its link time (to the millisecond, repeatably; 2 workers, 20 Mbit/s, 100 ms, nfqueue)
+    # and 1.0x after a barrier, in the same namespaces; the fit read that as goodput 0.665
+    # in most calibrations and 0.99 in some (docs/emulation.md "Calibration").
+    dist.barrier(group=group)
     started = time.monotonic()
     if kind == "all_reduce":
         work = dist.all_reduce(tensor, group=group, async_op=True)
