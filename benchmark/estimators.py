@@ -2,7 +2,10 @@
 from the trace (deco-sgd.md §5).
 
 - ``â``: bandwidth, bits on the link over each transfer's service time
-  ``(h W) / (txe - txs)``, smoothed by an EWMA;
+  ``(h W) / (txe - txs)``, smoothed by an EWMA. Where the transport says that ``B`` of
+  those bits passed before the link's rate applied (a shaper's token bucket), the sample is
+  ``(h W − B) / (txe − txs)``, and a transfer no larger than ``B`` gives none: this
+  project's addition, ``B = 0`` on the time model's ideal link (the paper's estimator);
 - ``b̂``: latency, ``(arrive - txe) / l`` (arrival minus end of transmission, per latency hop);
 - ``T̂``: computation time per iteration, smoothed.
 """
@@ -72,10 +75,12 @@ class LinkEstimator:
         tx_end_s: float,
         arrive_s: float,
         latency_factor: float,
+        burst_bits: float = 0.0,
     ) -> None:
         """One completed message: ``wire_bits_on_link = h·W`` bits served from ``tx_start_s``
         (service start, after queueing) to ``tx_end_s``, arriving at ``arrive_s`` after
-        ``latency_factor = l`` latencies."""
+        ``latency_factor = l`` latencies; ``burst_bits`` of them passed before the rate
+        applied and are not in the duration (module docstring)."""
         duration = tx_end_s - tx_start_s
         if duration < 0 or arrive_s < tx_end_s or wire_bits_on_link < 0 or latency_factor < 0:
             raise DecobenchError(
@@ -84,8 +89,11 @@ class LinkEstimator:
                 f"tx_start={tx_start_s!r}, tx_end={tx_end_s!r}, arrive={arrive_s!r}, "
                 f"latency_factor={latency_factor!r}"
             )
-        if duration > 0 and wire_bits_on_link > 0:
-            self._bandwidth.update(wire_bits_on_link / duration)
+        if not (math.isfinite(burst_bits) and burst_bits >= 0):
+            raise DecobenchError(f"burst bits must be finite and >= 0, got {burst_bits!r}")
+        at_rate = wire_bits_on_link - burst_bits
+        if duration > 0 and at_rate > 0:
+            self._bandwidth.update(at_rate / duration)
         if latency_factor > 0:
             self._latency.update((arrive_s - tx_end_s) / latency_factor)
 

@@ -154,7 +154,7 @@ def _observation(timing: IterationTiming) -> Observation:
     return Observation(iteration=timing.iteration, compute_s=timing.compute_s,
                        link_bits=timing.link_bits, tx_start_s=timing.tx_start_s,
                        tx_end_s=timing.tx_end_s, arrive_s=timing.arrive_s,
-                       latency_factor=timing.latency_factor)
+                       latency_factor=timing.latency_factor, burst_bits=timing.burst_bits)
 
 
 __all__ = ["SimulatedTransport"]

@@ -101,6 +101,7 @@ class IterationTiming:
     staleness: int
     link_bits: float  # h·W: bits that crossed the bottleneck link
     latency_factor: float  # l: latency hops charged to this message
+    burst_bits: float = 0.0  # of link_bits, passed before the rate applied (transport model's B)
 
 
 class EventClock:
@@ -214,6 +215,7 @@ class EventClock:
             staleness=staleness,
             link_bits=link_bits,
             latency_factor=factors.l,
+            burst_bits=min(cost.burst_bits, link_bits),
         )
         self._total_compute += compute_s
         self._total_bubble += start - self._end

@@ -634,9 +634,10 @@ def tcp_counters(text: str) -> dict[str, int] | None:
     without ``Tcp: RetransSegs``; a missing TcpExt field counts 0 (older kernels)."""
     tables: dict[str, dict[str, str]] = {}
     lines = [line.split() for line in text.splitlines() if ":" in line]
-    for names, values in zip(lines, lines[1:]):
-        if names[0] == values[0] and names[0].endswith(":") and not names[1].lstrip("-").isdigit():
-            tables.setdefault(names[0][:-1], dict(zip(names[1:], values[1:])))
+    for names, values in zip(lines, lines[1:], strict=False):
+        header = names[0] == values[0] and names[0].endswith(":")
+        if header and len(names) == len(values) and not names[1].lstrip("-").isdigit():
+            tables.setdefault(names[0][:-1], dict(zip(names[1:], values[1:], strict=True)))
     if "RetransSegs" not in tables.get("Tcp", {}):
         return None
     try:

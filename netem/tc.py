@@ -209,6 +209,16 @@ def burst_bytes(rate_bps: float) -> int:
     return max(2 * FRAME_BYTES, math.ceil(rate_bps / 8.0 * BURST_S))
 
 
+def burst_payload_bits(goodput_bps: float,
+                       framing_factor: float = TCP_FRAMING_FACTOR) -> float:
+    """The payload bits a link shaped for goodput ``goodput_bps`` passes at line rate before
+    its rate applies: the token bucket (:func:`burst_bytes` of the tc rate) in TCP payload.
+    A transfer's measured duration leaves them out, so a bandwidth estimate from a short
+    transfer has to (DeCo's estimators: ``Observation.burst_bits``)."""
+    rate = max(1, round(goodput_bps * framing_factor))
+    return 8.0 * burst_bytes(rate) / framing_factor
+
+
 def gso_segments(rate_bps: float) -> int:
     """Frames per offload packet for a tc rate (bit/s): about :data:`BURST_S` of the rate,
     1 to :data:`GSO_MAX_SEGS`."""

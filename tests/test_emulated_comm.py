@@ -89,6 +89,13 @@ def test_consensus_observation_is_the_slowest_rank_and_same_everywhere():
     assert consensus_observation([headers[0], {**headers[1], "obs_iteration": 3.0}], sent,
                                   2, "ring") is None
     assert consensus_observation([{"obs_iteration": math.nan}] * 2, sent, 2, "ring") is None
+    # on links decobench's shaper shapes, the token bucket at tx_start, at most the message
+    assert obs.burst_bits == 0.0
+    at = []
+    shaped = consensus_observation(headers, sent, 2, "ring",
+                                   burst_bits_at=lambda t: at.append(t) or 300.0)
+    assert shaped.burst_bits == 300.0 and at == [1.1]
+    assert consensus_observation(headers, sent, 2, "ring", lambda t: 5000.0).burst_bits == 1000
 
 
 def test_a_message_the_codec_would_resize_is_an_error():

@@ -60,6 +60,50 @@ def test_zero_duration_and_zero_factor_transfers_are_skipped() -> None:
     assert e.latency_s == pytest.approx(0.3)  # 0.5 * 0.4 + 0.5 * 0.2
 
 
+def test_a_shapers_burst_is_taken_out_of_the_bandwidth_sample() -> None:
+    """A 232,050-bit probe of which a 23,168-bit token bucket passed at line rate, the rest
+    at 20 Mbit/s: 208,882 bits in 10.4441 ms. With the burst taken out the sample is the
+    link's 20 Mbit/s; without it 22.2 Mbit/s (what the emulated DeCo-SGD read). A transfer
+    no larger than the burst says nothing about â; b̂ is unchanged."""
+    duration = (232_050 - 23_168) / 20e6
+    est = LinkEstimator(alpha=1.0)
+    est.observe_compute(0.04)
+    est.observe_transfer(232_050.0, 1.0, 1.0 + duration, 1.2 + duration, latency_factor=1.0,
+                         burst_bits=23_168.0)
+    assert est.estimate().bandwidth_bps == pytest.approx(20e6)
+    assert est.estimate().latency_s == pytest.approx(0.2)
+    plain = LinkEstimator(alpha=1.0)
+    plain.observe_transfer(232_050.0, 1.0, 1.0 + duration, 1.2, latency_factor=1.0)
+    assert plain._bandwidth.value == pytest.approx(22.218e6, rel=1e-4)
+    est.observe_transfer(20_000.0, 2.0, 2.001, 2.2, latency_factor=1.0, burst_bits=23_168.0)
+    assert est.estimate().bandwidth_bps == pytest.approx(20e6)        # no sample
+    assert est.estimate().latency_s == pytest.approx(0.199)
+    for bad in (-1.0, math.nan):
+        with pytest.raises(DecobenchError, match="burst bits"):
+            est.observe_transfer(1.0, 0.0, 1.0, 1.0, latency_factor=1.0, burst_bits=bad)
+
+
+def test_a_fitted_burst_reaches_the_estimator_from_the_clock() -> None:
+    """The simulated clock charges (hW − B)/(g·a) and reports the burst with the transfer,
+    so DeCo's estimator reads g·a from a transport model with a burst: 20 Mbit/s, 100 ms,
+    B = 24,224 bits, g = 1, a 232,050-bit message."""
+    from decobench.simulated import _observation
+    from decobench.transport_model import CollectiveCost, TransportModel
+
+    cost = CollectiveCost(latency_multiplier=2.0, goodput=1.0, burst_bits=24_224.0)
+    clock = EventClock(ConstantLink(20e6, 0.1), topology="ring", workers=2,
+                       transport=TransportModel("t", all_gather=cost, all_reduce=cost))
+    timing = clock.step(0.04, 232_050.0, 0, dense=False)
+    assert timing.burst_bits == 24_224.0
+    est = LinkEstimator(alpha=1.0)
+    observation = _observation(timing)
+    est.observe_transfer(observation.link_bits, observation.tx_start_s, observation.tx_end_s,
+                         observation.arrive_s, observation.latency_factor,
+                         observation.burst_bits)
+    assert est._bandwidth.value == pytest.approx(20e6)
+    assert (observation.arrive_s - observation.tx_end_s) == pytest.approx(0.2)
+
+
 def test_link_estimator_rejects_out_of_order_observations() -> None:
     est = LinkEstimator()
     with pytest.raises(DecobenchError):

@@ -205,3 +205,28 @@ def test_readback_allows_the_kernels_whole_bytes_per_second():
     # an outage row of 1 kbit/s: tc is given 1046 bit/s and keeps 130 bytes/s
     low = CLASSES.replace("rate 20911Kbit ceil 20911Kbit", "rate 1040bit ceil 1040bit", 1)
     assert check_readback(low, QDISCS, LinkSetting(1e3, 0.1), "comm-layer") == []
+
+
+def test_burst_payload_bits_by_hand():
+    """20 Mbit/s of goodput is 20,911,602 bit/s of frames (x 1514/1448); its bucket is two
+    frames (3,028 bytes > 1 ms of the rate), which carry 2 x 1,448 payload bytes: 23,168
+    bits. At 1 Gbit/s the frame rate is 1,045,580,110 bit/s and the bucket 1 ms of it,
+    ceil(130,697.5) = 130,698 bytes, in payload 130,698 x 8 x 1448/1514 bits."""
+    from decobench.netem.tc import burst_payload_bits
+
+    assert burst_payload_bits(20e6) == pytest.approx(23_168.0)
+    assert burst_payload_bits(1e9) == pytest.approx(8 * 130_698 * 1448 / 1514)
+
+
+def test_the_worker_takes_the_burst_out_only_on_links_decobench_shapes():
+    from decobench.emulated.worker import EmulationSettings, _shaper_burst
+    from decobench.netem.tc import burst_payload_bits
+
+    launcher = EmulationSettings(latency_mechanism="kernel", timeout_s=10.0,
+                                 network={"shaping": "tc on each worker's egress (veth)"})
+    player = EmulationSettings(latency_mechanism="kernel", timeout_s=10.0,
+                               network={"shaper": {"mechanism": "nfqueue"}})
+    real = EmulationSettings(latency_mechanism="kernel", timeout_s=10.0)
+    assert _shaper_burst(launcher) is burst_payload_bits
+    assert _shaper_burst(player) is burst_payload_bits
+    assert _shaper_burst(real) is None

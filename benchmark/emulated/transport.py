@@ -96,11 +96,15 @@ class RankClock:
 
 
 def consensus_observation(headers: list[dict[str, float]], sent: dict[int, SentRecord],
-                          workers: int, topology: str) -> Observation | None:
+                          workers: int, topology: str,
+                          burst_bits_at: Callable[[float], float] | None = None
+                          ) -> Observation | None:
     """The transfer every header reports on, as all ranks agree to see it: the slowest
     rank's compute (of the iteration that sent the header, see
     :meth:`DistributedTransport.submit`), the latest start, end and arrival (seconds on the
-    ranks' own clocks, which start together at the barrier)."""
+    ranks' own clocks, which start together at the barrier). ``burst_bits_at(tx_start)``:
+    the bits the link passes at line rate then (its shaper's token bucket), at most the
+    transfer's; none without it."""
     iterations = {h["obs_iteration"] for h in headers}
     if len(iterations) != 1:
         return None
@@ -112,9 +116,11 @@ def consensus_observation(headers: list[dict[str, float]], sent: dict[int, SentR
     tx_start = max(h["obs_tx_start_s"] for h in headers)
     tx_end = max(max(h["obs_tx_end_s"] for h in headers), tx_start)
     arrive = max(max(h["obs_arrive_s"] for h in headers), tx_end)
+    link_bits = factors.h * record.bits
+    burst = min(link_bits, burst_bits_at(tx_start)) if burst_bits_at is not None else 0.0
     return Observation(iteration=int(j), compute_s=max(h["obs_compute_s"] for h in headers),
-                       link_bits=factors.h * record.bits, tx_start_s=tx_start, tx_end_s=tx_end,
-                       arrive_s=arrive, latency_factor=factors.l)
+                       link_bits=link_bits, tx_start_s=tx_start, tx_end_s=tx_end,
+                       arrive_s=arrive, latency_factor=factors.l, burst_bits=burst)
 
 
 def _as_due(arrival: Arrival) -> Due:
@@ -141,7 +147,8 @@ class DistributedTransport:
                  start_file: Path | None = None, group: Any = None,
                  checkpoints: RankCheckpointer | None = None,
                  collectives_in_flight: int | None = None,
-                 calibrate_to: Path | None = None) -> None:
+                 calibrate_to: Path | None = None,
+                 shaper_burst: Callable[[float], float] | None = None) -> None:
         self.rank, self.workers, self.topology = rank, workers, topology
         self.trace_for, self.latency_mechanism = trace_for, latency_mechanism
         self.rows = slice(rank, rank + 1)
@@ -152,6 +159,9 @@ class DistributedTransport:
         self.collectives_in_flight = (collectives_in_flight if collectives_in_flight
                                       else default_in_flight(latency_mechanism, workers))
         self.calibrate_to = calibrate_to
+        # the payload bits a link shaped for goodput a passes at line rate (decobench's own
+        # shaper: decobench.netem.tc.burst_payload_bits); None on links it does not shape
+        self.shaper_burst = shaper_burst
         self.clock = RankClock()
         self.comm: Communicator | None = None
         self.sent: dict[int, SentRecord] = {}
@@ -194,6 +204,14 @@ class DistributedTransport:
         if self.leader and self.start_file is not None:
             write_text_atomic(self.start_file, f"{self.clock.origin!r}\n")
         self.comm.start()
+
+    def _burst_bits_at(self) -> Callable[[float], float] | None:
+        """The shaper's token bucket at trace time t, in payload bits (None: no shaper of
+        ours, or before start)."""
+        if self.shaper_burst is None or getattr(self, "trace", None) is None:
+            return None
+        burst, trace = self.shaper_burst, self.trace
+        return lambda t: burst(trace.bandwidth_at(max(0.0, t)))
 
     def _calibrate(self, group: Any) -> None:
         """Fit the transport model at the trace's first setting (every rank; the trace
@@ -281,7 +299,7 @@ class DistributedTransport:
             self.unapplied.remove(s)
             self.report_next = s
             observation = consensus_observation(arrival.headers, self.sent, self.workers,
-                                                self.topology)
+                                                self.topology, self._burst_bits_at())
             if observation is not None:
                 self._observed.append(observation)
             raised = [int(h["flags"]) for h in arrival.headers]

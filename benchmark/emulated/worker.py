@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -181,7 +182,8 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
         start_file=settings.start_file, checkpoints=checkpoints,
         collectives_in_flight=config.emulation.collectives_in_flight,
         calibrate_to=(run.out / TRANSPORT_MODEL_FILE if config.emulation.calibrate_transport
-                      else None))
+                      else None),
+        shaper_burst=_shaper_burst(settings))
     leader = transport.leader
     rundir: RunDirectory | None = None
     tracker: RunTracker = NullTracker()
@@ -204,7 +206,11 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
             "latency_mechanism": settings.latency_mechanism, "process_group": backend,
             "device": str(device), "torch_threads_per_rank": threads,
             "timeout_s": settings.timeout_s, "time_basis": "measured",
-            "collectives_in_flight": transport.collectives_in_flight, **settings.network}
+            "collectives_in_flight": transport.collectives_in_flight,
+            "estimator_burst": ("the shaper's token bucket "
+                                "(decobench.netem.tc.burst_payload_bits)"
+                                if transport.shaper_burst is not None else "none"),
+            **settings.network}
         rundir.write_config(resolved)
         if probe is not None:
             write_text_atomic(rundir.path / PROBE_FILE,
@@ -257,6 +263,17 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
     tracker.finish(summary)
     rundir.write_summary(summary)
     return summary
+
+
+def _shaper_burst(settings: EmulationSettings) -> Callable[[float], float] | None:
+    """Where decobench's own tc shaper shapes the links (the launcher's namespaces, or the
+    trace player's ready file under Docker), the bits its token bucket passes at line rate,
+    which DeCo's estimators take out of a transfer (``Observation.burst_bits``); None on
+    links it does not shape (torchrun over real links)."""
+    from decobench.netem.tc import burst_payload_bits
+
+    ours = "shaping" in settings.network or "shaper" in settings.network
+    return burst_payload_bits if ours else None
 
 
 def wait_for_shaper(path: Path, latency_mechanism: str, timeout_s: float) -> dict[str, Any]:

@@ -84,7 +84,9 @@ class Observation:
     """One completed transfer as the workers saw it (reported once it has arrived).
 
     ``link_bits`` is h·W, the bits that crossed the bottleneck link; ``latency_factor`` is l
-    (deco-sgd.md §4 topology factors), so b̂ = (arrive − tx_end) / l.
+    (deco-sgd.md §4 topology factors), so b̂ = (arrive − tx_end) / l. ``burst_bits``: bits
+    of ``link_bits`` the link passed before its rate applied (a shaper's token bucket; 0 on
+    the time model's ideal link), which ``tx_end − tx_start`` does not include.
     """
 
     iteration: int
@@ -94,6 +96,7 @@ class Observation:
     tx_end_s: float
     arrive_s: float
     latency_factor: float
+    burst_bits: float = 0.0
 
 
 @dataclass(frozen=True)

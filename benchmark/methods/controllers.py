@@ -83,7 +83,7 @@ class DecoController:
         self.estimator.observe_compute(observation.compute_s)
         self.estimator.observe_transfer(observation.link_bits, observation.tx_start_s,
                                         observation.tx_end_s, observation.arrive_s,
-                                        observation.latency_factor)
+                                        observation.latency_factor, observation.burst_bits)
 
     def schedule(self, iteration: int) -> Schedule:
         estimator = self.estimator
