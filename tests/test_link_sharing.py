@@ -307,3 +307,39 @@ def test_calibration_starts_each_timed_collective_after_a_barrier(monkeypatch):
         assert calibration._time_once(kind, 8, 2, "lane0", torch.device("cpu"), 5.0) == 0.5
         assert events == [("barrier", "lane0"), "clock", ("collective", "lane0"), "wait",
                           "clock"]
+
+
+def _latest_rank_on(rank: int, store: str, seconds: list[float], out) -> None:
+    import torch.distributed as dist
+
+    from decobench.emulated.calibrate import Timing, _latest_rank
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        timings = [Timing("all_gather", float(i), s) for i, s in enumerate(seconds)]
+        out.put((rank, [t.seconds for t in _latest_rank(timings, None)]))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_calibration_keeps_the_last_ranks_timing(tmp_path):
+    """Each timing is the least over the ranks (the rank that joined last waited for no
+    one): rank 0 timed (0.25, 0.5, 1.0), rank 1 (0.30, 0.45, 1.2) -> (0.25, 0.45, 1.0) on
+    both, over a real 2-rank gloo group. Without a process group the timings stay."""
+    import multiprocessing
+
+    from decobench.emulated.calibrate import Timing, _latest_rank
+
+    timings = [Timing("all_gather", 0.0, 0.25), Timing("all_gather", 8.0, 0.5)]
+    assert _latest_rank(timings, None) == timings
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    store = str(tmp_path / "store")
+    ranks = [ctx.Process(target=_latest_rank_on, args=(r, store, s, out))
+             for r, s in enumerate(([0.25, 0.5, 1.0], [0.30, 0.45, 1.2]))]
+    for p in ranks:
+        p.start()
+    got = dict(out.get(timeout=60) for _ in ranks)
+    for p in ranks:
+        p.join(timeout=60)
+    assert got == {0: [0.25, 0.45, 1.0], 1: [0.25, 0.45, 1.0]}

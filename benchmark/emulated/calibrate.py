@@ -9,8 +9,9 @@ on one process group, in the same order:
 - collectives whose ``h·W`` takes :data:`SIZES_S` seconds of the link at ``a``,
   :data:`REPEATS` times each (the least duration counts).
 
-Each timed collective starts after a barrier on the group, so both ranks start it together
-(:func:`_time_once`).
+Each timed collective starts after a barrier on the group, so the ranks start it together
+(:func:`_time_once`), and each timing is the least over the ranks (:func:`_latest_rank`:
+the rank that left the barrier last waited for no one).
 
 The fit per kind (:func:`fit_cost`), with ``x = h·W`` and ``y = duration − c`` (plus the
 latency the communication layer adds, ``l·b``, under ``comm-layer``): least squares of
@@ -123,6 +124,22 @@ def _time_once(kind: str, elements: int, workers: int, group: Any, device: torch
     return time.monotonic() - started
 
 
+def _latest_rank(timings: list[Timing], group: Any,
+                 device: torch.device | None = None) -> list[Timing]:
+    """Each timing as the rank that started it last saw it: the least over the ranks.
+
+    A collective cannot start before its last rank joins, so the ranks that left the
+    barrier earlier time their wait for it too; the last one's duration is the
+    collective's. Without a process group (tests) the timings are kept."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return timings
+    seconds = torch.tensor([t.seconds for t in timings], dtype=torch.float64,
+                           device=device or torch.device("cpu"))
+    dist.all_reduce(seconds, op=dist.ReduceOp.MIN, group=group)
+    return [Timing(t.kind, t.link_bits, float(s)) for t, s in zip(timings, seconds.tolist(),
+                                                                  strict=True)]
+
+
 def calibrate(workers: int, topology: str, rate_bps: float, latency_s: float,
               comm_layer: bool, group: Any, device: torch.device,
               timeout_s: float, lanes: int = 1) -> tuple[TransportModel, list[Timing]]:
@@ -149,6 +166,7 @@ def calibrate(workers: int, topology: str, rate_bps: float, latency_s: float,
             for _ in range(REPEATS):
                 own.append(Timing(kind, link_bits, _time_once(kind, elements, workers, group,
                                                               device, timeout_s)))
+        own = _latest_rank(own, group, device)
         added = factors.l * latency_s if comm_layer else 0.0
         costs[kind] = fit_cost(own, rate_bps, latency_s, factors.l, added,
                                max_burst_bits=8.0 * burst_bytes(rate_bps))
