@@ -144,21 +144,21 @@ class SharedLink:
     def advance_to(self, t: float) -> None:
         """Run the fluid to time ``t`` (no collective may be issued before ``t``)."""
         while True:
-            event, sending, least, send_end = self._next_event()
+            event, shares, least, send_end = self._next_event()
             if event > t:
-                self._move(t, sending, None)
+                self._move(t, shares, None)
                 return
-            self._take(event, sending, least, send_end)
+            self._take(event, shares, least, send_end)
 
     def arrival(self, iteration: int) -> float:
         """Delivery time of an issued message, running the fluid until it is delivered (the
         caller guarantees no collective is issued before then)."""
         while iteration not in self._arrivals:
-            event, sending, least, send_end = self._next_event()
+            event, shares, least, send_end = self._next_event()
             if not math.isfinite(event):
                 raise DecobenchError(f"shared link: message {iteration} is never delivered "
                                      "(no collective in flight can finish on this link)")
-            self._take(event, sending, least, send_end)
+            self._take(event, shares, least, send_end)
         return self._arrivals[iteration]
 
     def forget_before(self, iteration: int) -> None:
@@ -173,21 +173,20 @@ class SharedLink:
 
     # -- the fluid ------------------------------------------------------------------------
 
-    def _next_event(self) -> tuple[float, int, float, float]:
-        """(time of the next phase change, collectives sending, the link's capacity until
-        the first send ends at the current shares, when that send ends)."""
+    def _next_event(self) -> tuple[float, dict[int, float], float, float]:
+        """(time of the next phase change, each sending collective's share (:meth:`_shares`),
+        the link's capacity until the first send ends at those shares, when that send ends)."""
         event = send_end = math.inf
-        sending, least = 0, math.inf
+        least = math.inf
         shares = self._shares()
         for c in self._active:
             if c.phase == SEND:
-                sending += 1
                 least = min(least, c.remaining_bits / shares[id(c)])
             else:
                 event = min(event, c.until_s)
-        if sending:
+        if shares:
             send_end = self._link.transmission_end(self._now, least)
-        return min(event, send_end), sending, least, send_end
+        return min(event, send_end), shares, least, send_end
 
     def _shares(self) -> dict[int, float]:
         """Each sending collective's fraction of a(t): max-min fair, each at most its g
@@ -202,18 +201,19 @@ class SharedLink:
             left -= share
         return shares
 
-    def _take(self, event: float, sending: int, least: float, send_end: float) -> None:
+    def _take(self, event: float, shares: dict[int, float], least: float,
+              send_end: float) -> None:
         """Run the fluid to ``event`` (:meth:`_next_event`) and apply its phase changes."""
-        self._move(event, sending, least if send_end <= event else None)
+        self._move(event, shares, least if send_end <= event else None)
         self._settle()
 
-    def _move(self, t: float, sending: int, capacity: float | None) -> None:
-        """Move the fluid to ``t``; every sending collective sends its share of the link's
-        capacity ``∫ a`` over the interval (``capacity``, given when a send ends at ``t``)."""
-        if sending and (capacity is not None or t > self._now):
+    def _move(self, t: float, shares: dict[int, float], capacity: float | None) -> None:
+        """Move the fluid to ``t``; every sending collective sends its share (``shares``, of
+        the collectives sending until ``t``) of the link's capacity ``∫ a`` over the
+        interval (``capacity``, given when a send ends at ``t``)."""
+        if shares and (capacity is not None or t > self._now):
             if capacity is None:
                 capacity = self._link.capacity_bits(self._now, t)
-            shares = self._shares()
             for c in self._active:
                 if c.phase == SEND:
                     c.remaining_bits = max(0.0, c.remaining_bits - shares[id(c)] * capacity)

@@ -225,7 +225,7 @@ class EventClock:
             self._tx_end = tx_end
             self._final.append(timing)
         else:                                # issue runs the fluid to end_k first
-            self._shared.issue(timing, max(0.0, link_bits - cost.burst_bits),
+            self._shared.issue(timing, cost.after_burst(link_bits),
                                steps=max(1, round(factors.l)),
                                latency_factor=cost.latency_multiplier * factors.l,
                                goodput=cost.goodput)

@@ -68,9 +68,13 @@ class CollectiveCost:
             raise DecobenchError(f"transport model: goodput must be in (0, 2], got "
                                  f"{self.goodput!r}")
 
+    def after_burst(self, link_bits: float) -> float:
+        """Bits of ``link_bits = h·W`` that wait for the link's rate: ``max(0, hW − B)``."""
+        return max(0.0, link_bits - self.burst_bits)
+
     def rate_bits(self, link_bits: float) -> float:
         """Bits to charge at the link's rate for ``link_bits = h·W``: ``max(0, hW − B) / g``."""
-        return max(0.0, link_bits - self.burst_bits) / self.goodput
+        return self.after_burst(link_bits) / self.goodput
 
 
 LINK_SHARING = ("fifo", "shared")

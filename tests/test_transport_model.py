@@ -262,11 +262,32 @@ def test_network_plan_takes_the_emulated_network_and_the_simulated_compute_time(
 def test_fidelity_reads_the_emulated_runs_link_counters(tmp_path):
     """Drops and retransmitted segments come from the run's qdisc_stats.json; a run without
     the file, or from before the TCP counters were read, has none (printed '-')."""
-    from decobench.emulated.fidelity import link_drops, retransmits
+    from decobench.emulated.fidelity import link_counters
 
-    assert link_drops(tmp_path) is None and retransmits(tmp_path) is None
+    assert link_counters(tmp_path) == (None, None)
     (tmp_path / "qdisc_stats.json").write_text(json.dumps({"drops": 2, "links": {}}))
-    assert (link_drops(tmp_path), retransmits(tmp_path)) == (2, None)
+    assert link_counters(tmp_path) == (2, None)
     (tmp_path / "qdisc_stats.json").write_text(json.dumps(
         {"drops": 0, "links": {}, "retransmitted_segments": 5, "tcp": {}}))
-    assert (link_drops(tmp_path), retransmits(tmp_path)) == (0, 5)
+    assert link_counters(tmp_path) == (0, 5)
+
+
+def test_fidelity_first_plans_by_hand():
+    """first_plan: (δ, τ) of the first row carrying plan_* fields, in iteration order;
+    network_plan: the planner on the emulated first â, b̂ and the simulated first T̂, here
+    the planner's hand-checked case (d = 10^6, 4 workers, paper topology: â = 100 Mbit/s,
+    b̂ = 200 ms, T̂ = 100 ms -> δ 0.28125, τ 3; tests/test_methods.py)."""
+    from decobench.emulated.fidelity import first_plan, network_plan
+    from decobench.methods.options import DecoOptions
+
+    emulated = [{"iteration": 4, "delta": 0.5, "tau": 1, "plan_phi": 1.0},
+                {"iteration": 3, "delta": 0.2, "tau": 2, "plan_bandwidth_mbps": 100.0,
+                 "plan_latency_ms": 200.0, "plan_compute_ms": 30.0},
+                {"iteration": 1, "delta": 0.01, "tau": 0}]
+    planned = [{"iteration": 2, "delta": 0.3, "tau": 3, "plan_bandwidth_mbps": 90.0,
+                "plan_latency_ms": 210.0, "plan_compute_ms": 100.0}]
+    assert first_plan(emulated) == (0.2, 2) and first_plan(planned) == (0.3, 3)
+    assert first_plan([{"iteration": 1, "delta": 0.01, "tau": 0}]) is None
+    assert network_plan(emulated, planned, DecoOptions(), 1_000_000, 4, "paper") == (0.28125, 3)
+    assert network_plan(emulated, planned, None, 1_000_000, 4, "paper") is None
+    assert network_plan(emulated[2:], planned, DecoOptions(), 1_000_000, 4, "paper") is None

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -155,20 +155,24 @@ def measured_compute_times(rows: Sequence[dict[str, Any]]) -> tuple[float, ...]:
     return tuple(times)
 
 
+def _plan_rows(rows: Sequence[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The rows that carry a plan (``plan_*`` fields), in iteration order."""
+    for row in sorted(rows, key=lambda r: int(r["iteration"])):
+        if any(k.startswith("plan_") for k in row):
+            yield row
+
+
 def first_plan(rows: Sequence[dict[str, Any]]) -> tuple[float, int] | None:
     """(δ, τ) of the first row that carries a plan (``plan_*`` fields: an adaptive method's
     first re-plan); None for a method that never plans."""
-    for row in sorted(rows, key=lambda r: int(r["iteration"])):
-        if any(k.startswith("plan_") for k in row) and "delta" in row and "tau" in row:
-            return float(row["delta"]), int(row["tau"])
-    return None
+    return next(((float(row["delta"]), int(row["tau"])) for row in _plan_rows(rows)
+                 if "delta" in row and "tau" in row), None)
 
 
 def _first_plan_row(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    for row in sorted(rows, key=lambda r: int(r["iteration"])):
-        if all(k in row for k in ("plan_bandwidth_mbps", "plan_latency_ms", "plan_compute_ms")):
-            return row
-    return None
+    """The first plan's row with its measurements â, b̂, T̂ (None if none has them)."""
+    return next((row for row in _plan_rows(rows) if all(
+        k in row for k in ("plan_bandwidth_mbps", "plan_latency_ms", "plan_compute_ms"))), None)
 
 
 def network_plan(emulated: Sequence[dict[str, Any]], planned: Sequence[dict[str, Any]],
@@ -212,6 +216,7 @@ def compare(method: str, emulated_dir: Path, simulated_dir: Path, planned_dir: P
     diff = (emu - sim) / sim
     ideal = iteration_time(read_metrics(ideal_dir), warmup) if ideal_dir else sim
     emulated_plan, planned_plan = first_plan(emulated), first_plan(planned)
+    drops, retransmitted = link_counters(emulated_dir)
     return FidelityRow(
         method=method, iterations=max(int(r["iteration"]) for r in emulated), warmup=warmup,
         compute_s_measured=compute_s_measured, compute_s_profile=compute_s_profile,
@@ -231,28 +236,22 @@ def compare(method: str, emulated_dir: Path, simulated_dir: Path, planned_dir: P
         transport_model=transport_model, emulated_first_plan=emulated_plan,
         planned_first_plan=planned_plan,
         first_plan_within_tolerance=plans_agree(emulated_plan, planned_plan),
-        emulated_link_drops=link_drops(emulated_dir),
-        emulated_retransmits=retransmits(emulated_dir),
+        emulated_link_drops=drops, emulated_retransmits=retransmitted,
         network_first_plan=network_first_plan,
         network_plan_within_tolerance=plans_agree(network_first_plan, planned_plan))
 
 
-def retransmits(run_dir: Path) -> int | None:
-    """The TCP segments the emulated run's hosts retransmitted (``qdisc_stats.json``; None
-    without the file or the counters)."""
+def link_counters(run_dir: Path) -> tuple[int | None, int | None]:
+    """(shaper drops, TCP segments retransmitted) from the emulated run's
+    ``qdisc_stats.json``: both None without the file, the second None for a run from before
+    the TCP counters were read."""
     path = Path(run_dir) / "qdisc_stats.json"
     if not path.is_file():
-        return None
-    value = json.loads(path.read_text()).get("retransmitted_segments")
-    return None if value is None else int(value)
-
-
-def link_drops(run_dir: Path) -> int | None:
-    """The drops the emulated run's ``qdisc_stats.json`` counted (None without the file)."""
-    path = Path(run_dir) / "qdisc_stats.json"
-    if not path.is_file():
-        return None
-    return int(json.loads(path.read_text()).get("drops", 0))
+        return None, None
+    report = json.loads(path.read_text())
+    retransmitted = report.get("retransmitted_segments")
+    return (int(report.get("drops", 0)),
+            None if retransmitted is None else int(retransmitted))
 
 
 def _bubble_fraction(rows: Sequence[dict[str, Any]], warmup: int) -> float:

@@ -162,6 +162,7 @@ class DistributedTransport:
         # the payload bits a link shaped for goodput a passes at line rate (decobench's own
         # shaper: decobench.netem.tc.burst_payload_bits); None on links it does not shape
         self.shaper_burst = shaper_burst
+        self._burst_at: Callable[[float], float] | None = None   # set in start()
         self.clock = RankClock()
         self.comm: Communicator | None = None
         self.sent: dict[int, SentRecord] = {}
@@ -187,6 +188,7 @@ class DistributedTransport:
 
     def start(self, d: int, state: dict[str, Any] | None = None) -> None:
         self.trace = self.trace_for(d)
+        self._burst_at = self._burst_bits_at(self.shaper_burst, self.trace)
         delay = DeliveryDelay(self.trace, "kernel" if self.latency_mechanism == "kernel"
                               else "comm-layer", self.topology, self.workers)
         groups, probe_group = self._lanes(delay)
@@ -205,12 +207,13 @@ class DistributedTransport:
             write_text_atomic(self.start_file, f"{self.clock.origin!r}\n")
         self.comm.start()
 
-    def _burst_bits_at(self) -> Callable[[float], float] | None:
+    @staticmethod
+    def _burst_bits_at(burst: Callable[[float], float] | None,
+                       trace: Trace) -> Callable[[float], float] | None:
         """The shaper's token bucket at trace time t, in payload bits (None: no shaper of
-        ours, or before start)."""
-        if self.shaper_burst is None or getattr(self, "trace", None) is None:
+        ours)."""
+        if burst is None:
             return None
-        burst, trace = self.shaper_burst, self.trace
         return lambda t: burst(trace.bandwidth_at(max(0.0, t)))
 
     def _calibrate(self, group: Any) -> None:
@@ -299,7 +302,7 @@ class DistributedTransport:
             self.unapplied.remove(s)
             self.report_next = s
             observation = consensus_observation(arrival.headers, self.sent, self.workers,
-                                                self.topology, self._burst_bits_at())
+                                                self.topology, self._burst_at)
             if observation is not None:
                 self._observed.append(observation)
             raised = [int(h["flags"]) for h in arrival.headers]
