@@ -270,10 +270,13 @@ def _add_fidelity(sub: Any, argv: Sequence[str]) -> None:
     fidelity = sub.add_parser(
         "fidelity", help=SUBCOMMANDS["fidelity"],
         description="Run each method on the emulated backend (n processes over shaped Linux "
-        "links, time measured), then on the simulated backend with T fixed to the time per "
-        "iteration rank 0 spent not waiting for messages, and compare the per-iteration "
-        "time after a warm-up. Writes OUT/fidelity.md and fidelity.json and the runs under "
-        "OUT/emulated and OUT/simulated. Needs root (network namespaces, tc); see docs/emulation.md.",
+        "links, time measured), then on the simulated backend replaying its (δ, τ) with "
+        "each iteration's T set to the time rank 0 spent not waiting for messages, and "
+        "compare the per-iteration time after a warm-up; adaptive methods also plan for "
+        "themselves on the simulated backend from what the emulated ranks observed, and "
+        "the first plans are compared. Writes OUT/fidelity.md and fidelity.json and the "
+        "runs under OUT/emulated, OUT/simulated, OUT/simulated-ideal and "
+        "OUT/simulated-own-plan. Needs root (network namespaces, tc); see docs/emulation.md.",
         epilog="example:\n  decobench fidelity --task cnn-fmnist --workers 2 --trace "
         "constant-20mbps-100ms \\\n      --data-root ../shared/data/fashion-mnist-mini",
         formatter_class=argparse.RawDescriptionHelpFormatter)

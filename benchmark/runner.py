@@ -86,6 +86,9 @@ class PreparedRun:
     """Simulated: T_k of iteration k (from ``compute_times[k]``; ``compute_time_s`` beyond
     its end) instead of one T: ``decobench fidelity`` replays the emulated rank's measured
     times (:func:`decobench.emulated.fidelity.measured_compute_times`)."""
+    report: str = "arrival"
+    """Simulated: when an observation reaches the method (:data:`decobench.simulated.REPORTS`;
+    ``decobench fidelity`` mirrors the emulated ranks' reports with ``next-message``)."""
 
 
 def label_of(config: RunConfig) -> str:
@@ -291,6 +294,8 @@ def resolved_config(run: PreparedRun, d: int, data_source: str,
         config["compute_times"] = {"iterations": len(run.compute_times),
                                    "mean_s": sum(run.compute_times) / max(1, len(run.compute_times)),
                                    "source": "replayed per iteration (decobench fidelity)"}
+    if run.report != "arrival":
+        config["report"] = run.report
     return config
 
 
@@ -486,7 +491,7 @@ def _train_pass(run: PreparedRun, data: TaskData, evaluations: EvaluationSchedul
     transport = SimulatedTransport(trace_for, config.topology, config.workers,
                                    run.compute_time_s, run.transport,
                                    device=resolve_device(config.device),
-                                   compute_times=run.compute_times)
+                                   compute_times=run.compute_times, report=run.report)
     _, book = evaluation_plan(run)
     trained = train(run, data, transport, evaluations, book, log, wall_start=wall_start,
                     show_progress=show_progress,

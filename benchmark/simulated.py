@@ -3,13 +3,28 @@
 The exchange is local (:class:`~decobench.methods.LocalExchange`: the mean of the n rows,
 held until s + τ_s), and each iteration advances the :class:`~decobench.timemodel.EventClock`
 of deco-sgd.md §4 with the compute time T (the profile's, or the measured wall time / n) and
-the bits the method sent. A transfer's :class:`~decobench.methods.Observation` is given to
-the method at the first iteration that starts after it arrived. A stop or a divergence takes
-effect at once (one process holds every worker).
+the bits the method sent. When a transfer's :class:`~decobench.methods.Observation` reaches
+the method is the ``report`` rule (:data:`REPORTS`):
+
+- ``arrival`` (the default): at the first iteration that starts after the transfer arrived,
+  with T̂'s sample the compute time of the freshest iteration, as an emulated rank reports
+  it (the iteration that carries the report, not the one that sent the message: see
+  :meth:`decobench.emulated.transport.DistributedTransport.submit`; the same value while T
+  is constant).
+- ``next-message``: as the emulated ranks learn it, where the report rides in the header of
+  the next message: the transfer of message s, consumed at iteration c = s + τ_s (the last
+  message consumed there; the others are not reported), is reported in message c + 1 with
+  T̂'s sample T_{c+1}, and the method observes it at the iteration after message c + 1 is
+  consumed. ``decobench fidelity`` uses it for the simulated run that plans for itself, so
+  that its first plan reads what the emulated run's read: the arrival rule plans one or
+  more iterations earlier, from the first iteration's compute time (its one-off costs).
+
+A stop or a divergence takes effect at once (one process holds every worker).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections.abc import Callable, Sequence
@@ -22,6 +37,9 @@ from decobench.netem.trace import Trace
 from decobench.timemodel import EventClock, IterationTiming
 from decobench.transport_model import IDEAL, TransportModel
 
+REPORTS: tuple[str, ...] = ("arrival", "next-message")
+"""When an observation reaches the method (see the module docstring)."""
+
 
 class SimulatedTransport:
     """:class:`~decobench.loop.Transport` of the simulated backend (see the module docstring).
@@ -31,7 +49,8 @@ class SimulatedTransport:
     ``transport``: the event clock's transport model (:mod:`decobench.transport_model`);
     ``device``: where the model and the n workers' gradients live (``--device``);
     ``compute_times``: T_k per iteration k, taking precedence over ``compute_time_s`` while
-    it lasts (a replay of measured times: ``decobench fidelity``).
+    it lasts (a replay of measured times: ``decobench fidelity``); ``report``: one of
+    :data:`REPORTS`.
     """
 
     rows = slice(None)
@@ -41,7 +60,11 @@ class SimulatedTransport:
     def __init__(self, trace_for: Callable[[int], Trace], topology: str, workers: int,
                  compute_time_s: float | None, transport: TransportModel = IDEAL,
                  device: torch.device | None = None,
-                 compute_times: Sequence[float] | None = None) -> None:
+                 compute_times: Sequence[float] | None = None,
+                 report: str = "arrival") -> None:
+        if report not in REPORTS:
+            raise ValueError(f"report must be one of {', '.join(REPORTS)}, got {report!r}")
+        self.report = report
         self.device = torch.device("cpu") if device is None else device
         self.trace_for = trace_for
         self.transport = transport
@@ -54,6 +77,13 @@ class SimulatedTransport:
         self._diverged_at: int | None = None
         self._losses: dict[int, float] = {}
         self._stop = False
+        self._last_compute_s: float | None = None   # T of the latest completed iteration
+        # next-message: final observations by message, the message whose transfer the next
+        # one reports on, the reports by carrying message, those ready for the method
+        self._final: dict[int, Observation] = {}
+        self._report_next: int | None = None
+        self._reports: dict[int, Observation] = {}
+        self._ready: list[Observation] = []
 
     def start(self, d: int, state: dict[str, object] | None = None) -> None:
         self.trace = self.trace_for(d)
@@ -69,15 +99,39 @@ class SimulatedTransport:
         """Queue the transfers whose times the clock has made final (at once under the
         time model's FIFO link; once delivered under a ``shared`` transport model)."""
         for timing in self.clock.pop_final():
-            heapq.heappush(self._in_flight, (timing.arrive_s, timing.iteration,
-                                             _observation(timing)))
+            if self.report == "next-message":
+                self._final[timing.iteration] = _observation(timing)
+            else:
+                heapq.heappush(self._in_flight, (timing.arrive_s, timing.iteration,
+                                                 _observation(timing)))
+
+    def _pass_reports(self, iteration: int, compute_s: float) -> None:
+        """``next-message``, after iteration ``iteration``'s step: its message carries the
+        report on the transfer consumed last before it, with its T; the messages consumed
+        now release the reports they carry, and the last of them is the next to report."""
+        if self._report_next is not None and self._report_next in self._final:
+            self._reports[iteration] = dataclasses.replace(
+                self._final.pop(self._report_next), compute_s=compute_s)
+        self._report_next = None
+        for message in self._due:
+            if message.sent_at in self._reports:
+                self._ready.append(self._reports.pop(message.sent_at))
+            if self._report_next is not None:      # consumed, never to be reported
+                self._final.pop(self._report_next, None)
+            self._report_next = message.sent_at
 
     def observations(self, iteration: int) -> list[Observation]:
+        if self.report == "next-message":
+            ready, self._ready = self._ready, []
+            return ready
         start_s = self.clock.next_start()
         self._collect()
         arrived = []
         while self._in_flight and self._in_flight[0][0] <= start_s:
-            arrived.append(heapq.heappop(self._in_flight)[2])
+            observation = heapq.heappop(self._in_flight)[2]
+            if self._last_compute_s is not None:
+                observation = dataclasses.replace(observation, compute_s=self._last_compute_s)
+            arrived.append(observation)
         return arrived
 
     def flag_divergence(self, iteration: int) -> None:
@@ -106,7 +160,10 @@ class SimulatedTransport:
         payload = sent.payload
         timing = self.clock.step(compute_s, payload.bits_per_worker, sent.staleness,
                                  payload.dense)
+        self._last_compute_s = timing.compute_s
         self._collect()
+        if self.report == "next-message":
+            self._pass_reports(iteration, timing.compute_s)
         # the network at the message: when it left the queue and when it was sent (FIFO);
         # when it was issued, under a shared link (its times are not known yet)
         sent_at = timing.tx_start_s if math.isfinite(timing.tx_start_s) else timing.end_s

@@ -264,7 +264,7 @@ def decision_digest(policy: DecisionPolicy, run: Any, d: int, log_names: bool = 
     trace = run.condition.trace_for(d, run.compute_time_s)
     clock = SimulatedTransport(lambda _: trace, run.config.topology, run.config.workers,
                                run.compute_time_s, run.transport,
-                               compute_times=run.compute_times)
+                               compute_times=run.compute_times, report=run.report)
     clock.start(d)
     digest = hashlib.sha256()
     for k in range(run.max_iters):

@@ -72,6 +72,13 @@ def test_two_loopback_ranks_match_the_simulated_backend(tmp_path, fmnist_root, m
     tau = 2 if "dd-ef-sgd" in method else 0
     # a message is applied τ iterations after it is sent: none in the first τ iterations
     assert [r["applied_messages"] for r in rows[:tau + 1]] == [0] * tau + [1]
+    # a report on message s's transfer rides in message s + τ + 1 with that iteration's T̂
+    # sample, which is consumed τ later: row r carries the sample of iteration r − τ, from
+    # row 2τ + 2 on (the first report is on message 0)
+    reported = {r["iteration"]: r["reported_work_iteration"] for r in rows
+                if "reported_work_iteration" in r}
+    assert reported == {r: r - tau for r in range(2 * tau + 2, 9)}
+    assert all(r["reported_work_s"] > 0 for r in rows if "reported_work_s" in r)
     # comm-layer latency: every due message waited at least l·b after its collective
     config = (tmp_path / "emu" / "config.yaml").read_text()
     assert "latency_mechanism: comm-layer" in config and "time_basis: measured" in config

@@ -215,6 +215,19 @@ def test_fidelity_replays_rank_0s_time_not_waiting_iteration_by_iteration():
         measured_compute_times([rows[0], rows[2]])
 
 
+def test_the_own_plan_run_takes_the_ranks_agreed_t_hat_samples_where_reported():
+    from decobench.emulated.fidelity import measured_compute_times, planning_compute_times
+
+    rows = [{"iteration": 1, "sim_time_s": 0.2, "wait_s": 0.0},
+            {"iteration": 2, "sim_time_s": 1.0, "wait_s": 0.5},
+            {"iteration": 3, "sim_time_s": 1.6, "wait_s": 0.0,    # iteration 2's report
+             "reported_work_s": 0.9, "reported_work_iteration": 2},
+            {"iteration": 4, "sim_time_s": 1.7, "wait_s": 0.2,
+             "reported_work_s": 0.15, "reported_work_iteration": 3}]
+    assert measured_compute_times(rows) == pytest.approx((0.2, 0.8, 0.1, 0.1))
+    assert planning_compute_times(rows) == pytest.approx((0.2, 0.9, 0.15, 0.1))
+
+
 def test_a_simulated_clock_charges_replayed_compute_times_then_the_constant():
     import torch
 
@@ -291,3 +304,67 @@ def test_fidelity_first_plans_by_hand():
     assert network_plan(emulated, planned, DecoOptions(), 1_000_000, 4, "paper") == (0.28125, 3)
     assert network_plan(emulated, planned, None, 1_000_000, 4, "paper") is None
     assert network_plan(emulated[2:], planned, DecoOptions(), 1_000_000, 4, "paper") is None
+
+
+def test_a_simulated_observation_carries_the_freshest_iterations_compute_time():
+    """As an emulated rank reports it (the header's iteration, not the message's): iteration
+    0's one-off costs must not be the first plan's T̂ when fidelity replays measured T_k."""
+    import torch
+
+    from decobench.compressors import Compressed
+    from decobench.methods import Sent
+    from decobench.netem.trace import Trace
+    from decobench.simulated import SimulatedTransport
+
+    trace = Trace(times_s=(0.0,), bandwidth_bps=(1e9,), latency_s=(0.25,))
+    transport = SimulatedTransport(lambda d: trace, "paper", 1, 0.5,
+                                   compute_times=(0.1, 0.3, 0.2, 0.05))
+    transport.start(4)
+    payload = Compressed(values=torch.zeros(1, 4), indices=None, d=4, bits_per_worker=0,
+                         delta=1.0)
+    seen = {}
+    for k in range(4):
+        for observation in transport.observations(k):
+            seen[observation.iteration] = (k, observation.compute_s)
+        transport.complete(k, Sent(payload=payload, staleness=8), 9.0)
+    # iteration 0 ends at 0.1 s and its message arrives at 0.35 s (l = 1 for one worker):
+    # after iteration 1 starts (0.1 s), by iteration 2's start (0.4 s), where the freshest
+    # T is iteration 1's 0.3 s, not iteration 0's 0.1 s; iteration 1's arrives at 0.65 s
+    assert seen[0] == (2, pytest.approx(0.3))
+    assert 1 not in seen
+
+
+@pytest.mark.parametrize("tau, expected", [
+    # τ = 0: message s is consumed at s, reported in s + 1 with T_{s+1}, observed at s + 2
+    (0, {2: (0, 0.3), 3: (1, 0.2), 4: (2, 0.05), 5: (3, 0.07), 6: (4, 0.09), 7: (5, 0.11)}),
+    # τ = 2: consumed at s + 2, reported in s + 3 (T_{s+3}), that consumed at s + 5,
+    # observed at s + 6
+    (2, {6: (0, 0.05), 7: (1, 0.07)}),
+])
+def test_next_message_reports_reach_the_method_as_the_emulated_ranks_headers_do(tau, expected):
+    import torch
+
+    from decobench.compressors import Compressed
+    from decobench.methods import Sent
+    from decobench.netem.trace import Trace
+    from decobench.simulated import SimulatedTransport
+
+    trace = Trace(times_s=(0.0,), bandwidth_bps=(1e9,), latency_s=(0.25,))
+    transport = SimulatedTransport(lambda d: trace, "paper", 1, 0.5,
+                                   compute_times=(0.1, 0.3, 0.2, 0.05, 0.07, 0.09, 0.11, 0.13),
+                                   report="next-message")
+    transport.start(4)
+    payload = Compressed(values=torch.zeros(1, 4), indices=None, d=4, bits_per_worker=0,
+                         delta=1.0)
+    seen = {}
+    for k in range(8):
+        for observation in transport.observations(k):
+            assert k not in seen, "one report per iteration here"
+            seen[k] = (observation.iteration, observation.compute_s)
+        sent = Sent(payload=payload, staleness=tau)
+        transport.submit(k, sent, 0.0)
+        transport.due(k)
+        transport.complete(k, sent, 9.0)
+    assert seen == {k: (s, pytest.approx(t)) for k, (s, t) in expected.items()}
+    with pytest.raises(ValueError, match="report must be one of arrival, next-message"):
+        SimulatedTransport(lambda d: trace, "paper", 1, 0.5, report="soon")

@@ -18,8 +18,12 @@ Evaluations are pushed to the last iteration so they do not perturb the measurem
 Adaptive methods choose (δ, τ) from what they measure, and the two backends measure
 different things (exact trace values vs real transfers), so the simulated run that checks
 the time model replays the emulated run's schedule; a second simulated run with the
-method's own decisions (with the mean T) is reported beside it (end to end), and its first
-plan is compared with the emulated run's.
+method's own decisions is reported beside it (end to end), and its first plan is compared
+with the emulated run's. That run sees the emulated run's compute noise as the emulated
+planner did: each observation reaches the method when the emulated ranks' next message
+would carry it (``report="next-message"`` in :mod:`decobench.simulated`), with the T̂
+samples the ranks agreed on (:func:`planning_compute_times`); with the run's mean T and
+the arrival rule, the first plans differed by the VM's compute noise alone.
 
 The emulated run calibrates the transport before training (``--calibrate-transport``:
 :mod:`decobench.emulated.calibrate` fits gloo's latency multiplier, goodput and the
@@ -152,6 +156,22 @@ def measured_compute_times(rows: Sequence[dict[str, Any]]) -> tuple[float, ...]:
         t = float(row["sim_time_s"])
         times.append(max(0.0, t - before - waited))
         before, waited = t, float(row.get("wait_s", 0.0))
+    return tuple(times)
+
+
+def planning_compute_times(rows: Sequence[dict[str, Any]]) -> tuple[float, ...]:
+    """:func:`measured_compute_times` with T_r replaced by the T̂ sample the emulated ranks
+    agreed on for iteration r where one reached them (``reported_work_s`` of the row with
+    ``reported_work_iteration`` r: the slowest rank's work, which the emulated planner
+    read), for the simulated run that plans for itself: its first plan then reads the same
+    T̂. Rank 0's own time is what the time-model check replays (the ranks overlap their
+    work when τ > 0, so the slowest per iteration would overstate it)."""
+    times = list(measured_compute_times(rows))
+    for r in rows:
+        if "reported_work_s" in r and "reported_work_iteration" in r:
+            i = int(r["reported_work_iteration"]) - 1
+            if 0 <= i < len(times):
+                times[i] = float(r["reported_work_s"])
     return tuple(times)
 
 
@@ -361,14 +381,18 @@ def run_fidelity(base: RunConfig, methods: Sequence[str], out: Path, warmup: int
         fitted = str(emu_dir / TRANSPORT_MODEL_FILE)
         t_measured = measured_compute_s(emu_rows, warmup)
         compute_times = measured_compute_times(emu_rows)
+        planning_times = planning_compute_times(emu_rows)
         simulated = {**common, "backend": "simulated", "compute_time_s": t_measured}
         runs = {}
         for name, model, replay in (("simulated", fitted, True), ("simulated-ideal", None, True),
                                     ("simulated-own-plan", fitted, False)):
             run = prepare(RunConfig(**{**simulated, "transport_model": model,
                                        "out": str(out / name / method)}))
-            if replay:            # the emulated schedule, and rank 0's T_k iteration by iteration
+            if replay:            # the emulated schedule, and rank 0's T_k
                 run = dataclasses.replace(replayed(run, emu_rows), compute_times=compute_times)
+            else:                 # its own decisions, from what the emulated ranks observed
+                run = dataclasses.replace(run, report="next-message",
+                                          compute_times=planning_times)
             execute(run, overwrite=overwrite, show_progress=show_progress)
             runs[name] = Path(run.out)
         d = int(summary.get("parameters", 0))

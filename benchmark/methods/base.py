@@ -87,6 +87,8 @@ class Observation:
     (deco-sgd.md §4 topology factors), so b̂ = (arrive − tx_end) / l. ``burst_bits``: bits
     of ``link_bits`` the link passed before its rate applied (a shaper's token bucket; 0 on
     the time model's ideal link), which ``tx_end − tx_start`` does not include.
+    ``compute_s``: T̂'s sample, the compute time of the freshest iteration when the report was
+    made (both backends), not necessarily that of ``iteration``.
     """
 
     iteration: int
