@@ -93,9 +93,11 @@ def test_two_worker_emulated_run(tmp_path, fmnist_root, method):
             # took 0.4 s more in one clean-clone make test, whose plan read 0.57 Mbit/s: a stalled
             # warm-up transfer (TCP loss recovery, about one RTT + RTO), which the estimator's
             # first sample takes at face value. Not the burst this test guards against; the
-            # estimator does not filter such a sample yet (issue 17)
+            # estimator does not filter such a sample (docs/emulation.md "A stalled first
+            # transfer")
             pytest.xfail(f"first warm-up transfer stalled ({rows[0]['bubble_s']:.2f} s wait), "
-                         f"plan {plans[0]['plan_bandwidth_mbps']:.2f} Mbit/s: issue 17")
+                         f"plan {plans[0]['plan_bandwidth_mbps']:.2f} Mbit/s: a stalled first "
+                         "transfer, docs/emulation.md")
         assert abs(implied_s - warmup_bits / 20e6) <= 0.004, (implied_s, plans[0])
     if method[1] == "d-sgd":
         # a dense fp32 message of 32·454,922 bits over a 20 Mbit/s ring (h = 1 for n = 2)
