@@ -2,6 +2,7 @@
 the gathered sparse messages aggregate exactly as Compressed.mean() does on the simulated
 backend, lost ranks are named from the transport's message, and the consensus observation."""
 
+import json
 import math
 
 import pytest
@@ -132,6 +133,36 @@ def test_fidelity_replays_the_emulated_schedule_through_the_run():
         plain = prepare(RunConfig(task="cnn-fmnist", method=method,
                                   trace="constant-20mbps-100ms"))
         assert replayed(plain, rows) is plain
+
+
+def test_fidelity_simulates_the_schedule_with_rank_0s_times_and_plans_from_the_ranks_samples(
+        tmp_path):
+    from decobench.emulated.fidelity import simulated_runs
+    from decobench.methods.controllers import Schedule
+    from decobench.transport_model import TransportModel
+
+    model = tmp_path / "transport_model.json"
+    cost = {"latency_multiplier": 2.0, "goodput": 1.0, "burst_bits": 0.0}
+    model.write_text(json.dumps(TransportModel.from_dict(
+        {"name": "fitted", "all_gather": cost, "all_reduce": cost}).to_dict()))
+    rows = [{"iteration": 1, "sim_time_s": 0.2, "wait_s": 0.0, "delta": 0.01, "tau": 0},
+            {"iteration": 2, "sim_time_s": 1.0, "wait_s": 0.5, "delta": 0.01, "tau": 0},
+            {"iteration": 3, "sim_time_s": 1.6, "wait_s": 0.0, "delta": 0.2, "tau": 1,
+             "reported_work_s": 0.9, "reported_work_iteration": 2}]
+    config = {"task": "cnn-fmnist", "method": "deco-sgd", "trace": "constant-20mbps-100ms",
+              "backend": "simulated", "compute_time_s": 0.3, "max_iters": 3}
+    runs = simulated_runs(config, rows, str(model), tmp_path, "deco-sgd")
+    assert sorted(runs) == ["simulated", "simulated-ideal", "simulated-own-plan"]
+    schedule = (Schedule(0.01, 0), Schedule(0.01, 0), Schedule(0.2, 1))
+    for name in ("simulated", "simulated-ideal"):      # the time-model check
+        assert runs[name].replay == schedule and runs[name].report == "arrival"
+        assert runs[name].compute_times == pytest.approx((0.2, 0.8, 0.1))  # t_r − t_{r−1} − wait_{r−1}
+    own = runs["simulated-own-plan"]                   # the first-plan check
+    assert own.replay is None and own.report == "next-message"
+    assert own.compute_times == pytest.approx((0.2, 0.9, 0.1))   # iteration 2: the ranks' 0.9
+    assert runs["simulated"].transport.name == own.transport.name == "fitted"
+    assert runs["simulated-ideal"].transport.ideal
+    assert own.out == tmp_path / "simulated-own-plan" / "deco-sgd"
 
 
 @pytest.mark.parametrize("dense", [False, True], ids=["all-gather", "all-reduce"])

@@ -353,6 +353,31 @@ def replayed(run: PreparedRun, emulated_rows: Sequence[dict[str, Any]]) -> Prepa
     return dataclasses.replace(run, replay=schedules or None)
 
 
+def simulated_runs(simulated: dict[str, Any], emulated_rows: Sequence[dict[str, Any]],
+                   fitted: str, out: Path, method: str) -> dict[str, PreparedRun]:
+    """The three simulated runs of one method (``simulated``: the run configuration's
+    fields): ``simulated`` and ``simulated-ideal`` replay the emulated schedule with rank 0's
+    T_k (:func:`measured_compute_times`), charged with the fitted transport model and on
+    the ideal link; ``simulated-own-plan`` decides for itself with the fitted model, the
+    T̂ samples the emulated ranks agreed on (:func:`planning_compute_times`) and the
+    emulated ranks' report rule (``report="next-message"``, :mod:`decobench.simulated`)."""
+    from decobench.runner import prepare
+
+    compute_times = measured_compute_times(emulated_rows)
+    planning_times = planning_compute_times(emulated_rows)
+    runs = {}
+    for name, model, replay in (("simulated", fitted, True), ("simulated-ideal", None, True),
+                                ("simulated-own-plan", fitted, False)):
+        run = prepare(RunConfig(**{**simulated, "transport_model": model,
+                                   "out": str(out / name / method)}))
+        if replay:                # the emulated schedule, and rank 0's T_k
+            run = dataclasses.replace(replayed(run, emulated_rows), compute_times=compute_times)
+        else:                     # its own decisions, from what the emulated ranks observed
+            run = dataclasses.replace(run, report="next-message", compute_times=planning_times)
+        runs[name] = run
+    return runs
+
+
 def run_fidelity(base: RunConfig, methods: Sequence[str], out: Path, warmup: int,
                  overwrite: bool = False, show_progress: bool = True,
                  launch: Callable[..., dict[str, Any]] | None = None) -> list[FidelityRow]:
@@ -380,19 +405,10 @@ def run_fidelity(base: RunConfig, methods: Sequence[str], out: Path, warmup: int
         emu_rows = read_metrics(emu_dir)
         fitted = str(emu_dir / TRANSPORT_MODEL_FILE)
         t_measured = measured_compute_s(emu_rows, warmup)
-        compute_times = measured_compute_times(emu_rows)
-        planning_times = planning_compute_times(emu_rows)
         simulated = {**common, "backend": "simulated", "compute_time_s": t_measured}
         runs = {}
-        for name, model, replay in (("simulated", fitted, True), ("simulated-ideal", None, True),
-                                    ("simulated-own-plan", fitted, False)):
-            run = prepare(RunConfig(**{**simulated, "transport_model": model,
-                                       "out": str(out / name / method)}))
-            if replay:            # the emulated schedule, and rank 0's T_k
-                run = dataclasses.replace(replayed(run, emu_rows), compute_times=compute_times)
-            else:                 # its own decisions, from what the emulated ranks observed
-                run = dataclasses.replace(run, report="next-message",
-                                          compute_times=planning_times)
+        for name, run in simulated_runs(simulated, emu_rows, fitted,
+                                        out, method).items():
             execute(run, overwrite=overwrite, show_progress=show_progress)
             runs[name] = Path(run.out)
         d = int(summary.get("parameters", 0))
