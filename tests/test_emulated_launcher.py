@@ -87,7 +87,7 @@ def test_two_worker_emulated_run(tmp_path, fmnist_root, method):
         # least of three (10.5-10.7 ms in four runs since)
         warmup_bits = rows[0]["bits"]
         implied_s = warmup_bits / (plans[0]["plan_bandwidth_mbps"] * 1e6)
-        if abs(implied_s - warmup_bits / 20e6) > 0.004 and rows[0]["bubble_s"] > 1.0:
+        if abs(implied_s - warmup_bits / 20e6) > 0.010 and rows[0]["bubble_s"] > 1.0:
             # the first iteration waits 0.82 s (three empty all-gathers of 0.2 s, then the
             # message; 0.42-0.43 s with one empty before 2026-11-26), and a stalled transfer
             # took 0.4 s more in one clean-clone make test, whose plan read 0.57 Mbit/s: a stalled
@@ -98,7 +98,13 @@ def test_two_worker_emulated_run(tmp_path, fmnist_root, method):
             pytest.xfail(f"first warm-up transfer stalled ({rows[0]['bubble_s']:.2f} s wait), "
                          f"plan {plans[0]['plan_bandwidth_mbps']:.2f} Mbit/s: a stalled first "
                          "transfer, docs/emulation.md")
-        assert abs(implied_s - warmup_bits / 20e6) <= 0.004, (implied_s, plans[0])
+        # asymmetric: a burst makes the message look faster than the link (implied time
+        # short), which is what this test guards against, so that side keeps 4 ms; a late
+        # reading is the delayer's release lag (lag_max 5-9 ms per delayer in a fidelity
+        # run's nfqueue_delay.json; 16.4-20.6 ms implied in three make tests of 2026-11-26,
+        # against 11.6 ms), so that side allows 10 ms; a stall (hundreds of ms) still fails
+        link_s = warmup_bits / 20e6
+        assert link_s - 0.004 <= implied_s <= link_s + 0.010, (implied_s, plans[0])
     if method[1] == "d-sgd":
         # a dense fp32 message of 32·454,922 bits over a 20 Mbit/s ring (h = 1 for n = 2)
         # takes 0.73 s, plus l·b = 2 · 0.1 s: an iteration cannot be faster than that
