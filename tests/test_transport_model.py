@@ -228,20 +228,27 @@ def test_the_own_plan_run_takes_the_ranks_agreed_t_hat_samples_where_reported():
     assert planning_compute_times(rows) == pytest.approx((0.2, 0.9, 0.15, 0.1))
 
 
-def test_a_simulated_clock_charges_replayed_compute_times_then_the_constant():
+def _one_worker_clock(latency_s, compute_times, report="arrival"):
+    """A started one-worker simulated transport on a 1 Gbit/s link of ``latency_s`` with
+    the given T_k (T = 0.5 s after them), and an empty payload (no bits to send)."""
     import torch
 
     from decobench.compressors import Compressed
-    from decobench.methods import Sent
     from decobench.netem.trace import Trace
     from decobench.simulated import SimulatedTransport
 
-    trace = Trace(times_s=(0.0,), bandwidth_bps=(1e9,), latency_s=(0.0,))
+    trace = Trace(times_s=(0.0,), bandwidth_bps=(1e9,), latency_s=(latency_s,))
     transport = SimulatedTransport(lambda d: trace, "paper", 1, 0.5,
-                                   compute_times=(0.1, 0.3))
+                                   compute_times=compute_times, report=report)
     transport.start(4)
-    payload = Compressed(values=torch.zeros(1, 4), indices=None, d=4, bits_per_worker=0,
-                         delta=1.0)
+    return transport, Compressed(values=torch.zeros(1, 4), indices=None, d=4,
+                                 bits_per_worker=0, delta=1.0)
+
+
+def test_a_simulated_clock_charges_replayed_compute_times_then_the_constant():
+    from decobench.methods import Sent
+
+    transport, payload = _one_worker_clock(0.0, (0.1, 0.3))
     ends = [transport.complete(k, Sent(payload=payload, staleness=0), 9.0).sim_time_s
             for k in range(4)]
     assert ends == pytest.approx([0.1, 0.4, 0.9, 1.4])
@@ -309,19 +316,9 @@ def test_fidelity_first_plans_by_hand():
 def test_a_simulated_observation_carries_the_freshest_iterations_compute_time():
     """As an emulated rank reports it (the header's iteration, not the message's): iteration
     0's one-off costs must not be the first plan's T̂ when fidelity replays measured T_k."""
-    import torch
-
-    from decobench.compressors import Compressed
     from decobench.methods import Sent
-    from decobench.netem.trace import Trace
-    from decobench.simulated import SimulatedTransport
 
-    trace = Trace(times_s=(0.0,), bandwidth_bps=(1e9,), latency_s=(0.25,))
-    transport = SimulatedTransport(lambda d: trace, "paper", 1, 0.5,
-                                   compute_times=(0.1, 0.3, 0.2, 0.05))
-    transport.start(4)
-    payload = Compressed(values=torch.zeros(1, 4), indices=None, d=4, bits_per_worker=0,
-                         delta=1.0)
+    transport, payload = _one_worker_clock(0.25, (0.1, 0.3, 0.2, 0.05))
     seen = {}
     for k in range(4):
         for observation in transport.observations(k):
@@ -342,20 +339,11 @@ def test_a_simulated_observation_carries_the_freshest_iterations_compute_time():
     (2, {6: (0, 0.05), 7: (1, 0.07)}),
 ])
 def test_next_message_reports_reach_the_method_as_the_emulated_ranks_headers_do(tau, expected):
-    import torch
-
-    from decobench.compressors import Compressed
     from decobench.methods import Sent
-    from decobench.netem.trace import Trace
     from decobench.simulated import SimulatedTransport
 
-    trace = Trace(times_s=(0.0,), bandwidth_bps=(1e9,), latency_s=(0.25,))
-    transport = SimulatedTransport(lambda d: trace, "paper", 1, 0.5,
-                                   compute_times=(0.1, 0.3, 0.2, 0.05, 0.07, 0.09, 0.11, 0.13),
-                                   report="next-message")
-    transport.start(4)
-    payload = Compressed(values=torch.zeros(1, 4), indices=None, d=4, bits_per_worker=0,
-                         delta=1.0)
+    transport, payload = _one_worker_clock(0.25, (0.1, 0.3, 0.2, 0.05, 0.07, 0.09, 0.11, 0.13),
+                                           report="next-message")
     seen = {}
     for k in range(8):
         for observation in transport.observations(k):
@@ -367,4 +355,4 @@ def test_next_message_reports_reach_the_method_as_the_emulated_ranks_headers_do(
         transport.complete(k, sent, 9.0)
     assert seen == {k: (s, pytest.approx(t)) for k, (s, t) in expected.items()}
     with pytest.raises(ValueError, match="report must be one of arrival, next-message"):
-        SimulatedTransport(lambda d: trace, "paper", 1, 0.5, report="soon")
+        SimulatedTransport(lambda d: None, "paper", 1, 0.5, report="soon")

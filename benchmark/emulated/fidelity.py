@@ -407,8 +407,7 @@ def run_fidelity(base: RunConfig, methods: Sequence[str], out: Path, warmup: int
         t_measured = measured_compute_s(emu_rows, warmup)
         simulated = {**common, "backend": "simulated", "compute_time_s": t_measured}
         runs = {}
-        for name, run in simulated_runs(simulated, emu_rows, fitted,
-                                        out, method).items():
+        for name, run in simulated_runs(simulated, emu_rows, fitted, out, method).items():
             execute(run, overwrite=overwrite, show_progress=show_progress)
             runs[name] = Path(run.out)
         d = int(summary.get("parameters", 0))

@@ -175,7 +175,8 @@ class DistributedTransport:
         self.bubble_s = 0.0
         self.last_end = 0.0
         self._observed: list[Observation] = []
-        self._reported_work: dict[int, float] = {}  # carrying message -> its T̂ sample
+        # the latest report consumed this iteration: (carrying message, its T̂ sample)
+        self._reported_work: tuple[int, float] | None = None
         self._losses: dict[int, float] = {}
         self._start = self._end = 0.0
         self._busy_from: float | None = None   # where the T̂ sample's work began (submit)
@@ -293,7 +294,7 @@ class DistributedTransport:
         assert self.comm is not None, "start() first"
         due = [s for s in self.unapplied if s + self.sent[s].staleness <= iteration]
         self._waited, self._transfer, self.report_next = 0.0, None, None
-        self._reported_work = {}
+        self._reported_work = None
         started = self.clock.train_s()
         arrived: list[Due] = []
         for s in due:
@@ -307,7 +308,7 @@ class DistributedTransport:
                                                 self.topology, self._burst_at)
             if observation is not None:
                 self._observed.append(observation)
-                self._reported_work[s] = observation.compute_s
+                self._reported_work = (s, observation.compute_s)   # due is in send order
             raised = [int(h["flags"]) for h in arrival.headers]
             if any(f & FLAG_STOP for f in raised):
                 self.stop_after = iteration
@@ -401,10 +402,9 @@ class DistributedTransport:
             extra.update(tx_s=transfer.tx_end_s - transfer.tx_start_s,
                          tx_start_s=transfer.tx_start_s - paused,
                          arrive_s=transfer.arrive_s - paused)
-        if self._reported_work:      # the latest report's T̂ sample: the slowest rank's work
-            s = max(self._reported_work)     # in iteration s (row s + 1), as the ranks agree
-            extra.update(reported_work_s=self._reported_work[s],
-                         reported_work_iteration=s + 1)
+        if self._reported_work is not None:   # the slowest rank's work in iteration s
+            s, work_s = self._reported_work       # (row s + 1), as the ranks agree on it
+            extra.update(reported_work_s=work_s, reported_work_iteration=s + 1)
         self.last_end = self._end
         now = self.clock.trace_s()
         return IterationTimes(
