@@ -34,6 +34,7 @@ import torch
 
 from decobench.atomicio import atomic_writer
 from decobench.errors import DecobenchError
+from decobench.evaluation import Resolution
 from decobench.rundir import SUMMARY
 
 CHECKPOINT = "checkpoint.pt"
@@ -199,9 +200,9 @@ class RefineStarts:
     """An in-memory copy of a first pass's state where its refine pass starts.
 
     A refine pass (:func:`decobench.runner.execute`) re-evaluates the brackets
-    ``(previous evaluation, hit]`` wider than ``fine_every`` iterations
-    (:func:`decobench.evaluation.refine_windows`). Before the first such bracket the replay
-    evaluates exactly as the first pass did, so it can start from the first pass's state at
+    ``(previous evaluation, hit]`` wider than their resolution allows
+    (:class:`decobench.evaluation.Resolution`, :func:`decobench.evaluation.refine_windows`).
+    Before the first such bracket the replay evaluates exactly as the first pass did, so it can start from the first pass's state at
     that bracket's previous evaluation instead of from iteration 0. :meth:`after_evaluation`
     keeps the latest evaluation's state (the checkpoint's format, pickled with
     :func:`torch.save` into memory, so later iterations cannot change it) and holds on to it
@@ -210,19 +211,22 @@ class RefineStarts:
     at iteration 0 is never kept: the replay starts from the seed there.
     """
 
-    fine_every: int
+    resolution: Resolution | int
+    """How fine a time to target must be; an int is ``E_f`` alone."""
     kept: tuple[int, bytes] | None = None
     _last: tuple[int, bytes] | None = None
 
     def after_evaluation(self, iteration: int, hits: Any, state: Any, fine: bool) -> None:
         """An evaluation after ``iteration`` iterations; ``hits``: the target book's hits so
         far; ``state()``: the whole state after it, as a checkpoint holds it; ``fine``: the
-        next evaluation is at most ``fine_every`` iterations away (no bracket can open here
-        that needs refining, so no copy is made)."""
+        next evaluation is at most the fine cadence away (no bracket can open here that needs
+        refining, so no copy is made)."""
+        resolution = (self.resolution if isinstance(self.resolution, Resolution)
+                      else Resolution(self.resolution))
         if self.kept is not None:
             return
         if self._last is not None and any(
-                hit.previous_iteration == self._last[0] and hit.resolution_iters > self.fine_every
+                hit.previous_iteration == self._last[0] and resolution.too_wide(hit)
                 for hit in hits.values()):
             self.kept, self._last = self._last, None
             return

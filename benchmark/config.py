@@ -154,6 +154,11 @@ class RunConfig(BaseModel):
     fine_eval_margin: float = Field(
         0.05, gt=0, lt=1, description="relative distance to a target at which --fine-eval-every "
         "takes over: accuracy >= target·(1 − m), perplexity <= target·(1 + m)")
+    ttt_resolution: float | None = Field(
+        None, gt=0, lt=1, description="near a target, evaluate every max(1, ⌊r·k⌋) "
+        "iterations around iteration k (at most --fine-eval-every), so a target met early is "
+        "bracketed to a share r of its iterations (e.g. 0.02: 2%; of its time while "
+        "iterations take equally long); default: off (every E_f)")
     milestones: list[float] = Field(
         default_factory=list, description="more targets whose first time and iteration are "
         "recorded in summary.json (milestones) without stopping the run, e.g. 0.7 beside "

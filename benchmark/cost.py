@@ -6,7 +6,8 @@ a run takes about n × t, t being one worker's forward/backward on the device, a
 evaluation takes e. A run stops at its target or its budget; the estimate is an **upper
 bound**: every run uses its whole iteration budget ``max_iters``, and evaluates every E
 iterations plus, near each target it tracks, at most two evaluation intervals at the fine
-cadence E_F (``2·E/E_F`` more evaluations per target). Method overheads (Top-k over d
+cadence E_F (``2·E/E_F`` more evaluations per target; with ``--ttt-resolution`` the cadence
+may be every iteration, so ``2·E``). Method overheads (Top-k over d
 values, the planner) are not counted; they are milliseconds per iteration.
 
 The per-iteration times and their sources are in :data:`STEP_TIMES`; a (task, profile)
@@ -99,8 +100,12 @@ class SuiteCost:
 def run_cost(config: RunConfig, max_iters: int, eval_every: int) -> RunCost:
     """The upper bound of one run (module docstring)."""
     targets = (1 if config.target is not None else 0) + len(config.milestones)
-    fine = (2 * math.ceil(eval_every / config.fine_eval_every) * targets
-            if config.fine_eval_every else 0)
+    if config.ttt_resolution is not None:
+        fine = 2 * eval_every * targets           # a cadence as fine as every iteration
+    elif config.fine_eval_every:
+        fine = 2 * math.ceil(eval_every / config.fine_eval_every) * targets
+    else:
+        fine = 0
     evaluations = math.ceil(max_iters / eval_every) + fine
     step = STEP_TIMES.get((config.task, config.profile))
     seconds = (None if step is None

@@ -15,6 +15,11 @@ module keeps that bracket and makes it narrow where it matters:
 - **Refine pass.** When a target is met at an evaluation whose bracket is still wider than
   ``E_f`` (the metric jumped over the fine window between two evaluations), the simulated
   backend replays the run with fine windows over those brackets (:func:`refine_windows`).
+  With a wanted share ``r`` of the time to target (``--ttt-resolution``, e.g. 0.02), a
+  bracket is also refined when it is wider than ``r`` of its time to target, at a step small
+  enough for that (:class:`Resolution`): a target met early (few iterations, each a large
+  share of the time) gets a finer step than ``E_f`` without evaluating every ``E_f``
+  iterations for the whole run.
 
 Pure bookkeeping: no I/O, no torch; both backends use it.
 """
@@ -22,7 +27,7 @@ Pure bookkeeping: no I/O, no torch; both backends use it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -77,6 +82,11 @@ class TargetBook:
     best: float | None = None
     _previous: tuple[int, float] = (0, 0.0)
 
+    @property
+    def last_iteration(self) -> int:
+        """Iterations done at the latest evaluation recorded (0 before the first)."""
+        return self._previous[0]
+
     def unmet(self) -> list[float]:
         """Targets not met yet, nearest first (ascending accuracy, descending perplexity)."""
         pending = [t for t in self.targets if t not in self.hits]
@@ -99,22 +109,29 @@ class TargetBook:
 
 @dataclass(frozen=True)
 class EvaluationSchedule:
-    """Every ``every`` iterations, every ``fine_every`` near an unmet target (module doc)."""
+    """Every ``every`` iterations; near an unmet target at the :class:`Resolution`'s cadence
+    (every ``fine_every``, finer early with a ``share``; module doc)."""
 
     every: int
     fine_every: int | None = None
     margin: float = 0.05
-    windows: tuple[tuple[int, int], ...] = ()
-    """Iteration brackets ``(lo, hi]`` evaluated every ``E_f`` iterations whatever the metric
-    (a refine pass, :func:`refine_windows`)."""
+    windows: tuple[tuple[int, int, int], ...] = ()
+    """Iteration brackets ``(lo, hi]`` evaluated every ``step`` iterations (counted from
+    ``lo``) whatever the metric: ``(lo, hi, step)``, a refine pass (:func:`refine_windows`)."""
+    share: float | None = None
+    """``--ttt-resolution``: the widest bracket as a share of the iterations to a target."""
 
-    def with_windows(self, windows: Iterable[tuple[int, int]]) -> EvaluationSchedule:
+    @property
+    def resolution(self) -> Resolution:
+        return Resolution(self.fine_every, self.share)
+
+    def with_windows(self, windows: Iterable[tuple[int, int, int]]) -> EvaluationSchedule:
         """This schedule plus fixed fine windows."""
-        return EvaluationSchedule(self.every, self.fine_every, self.margin, tuple(windows))
+        return replace(self, windows=tuple(windows))
 
     def fine(self, book: TargetBook) -> bool:
         """True while the best metric so far is near the nearest unmet target."""
-        if self.fine_every is None or book.best is None:
+        if not self.resolution.active or book.best is None:
             return False
         pending = book.unmet()
         return bool(pending) and near_target(book.best, pending[0], self.margin,
@@ -124,23 +141,72 @@ class EvaluationSchedule:
         """Whether to evaluate the model after ``iterations_done`` iterations."""
         if iterations_done % self.every == 0:
             return True
-        if self.fine_every is None:
-            return False
-        if any(lo < iterations_done <= hi and (iterations_done - lo) % self.fine_every == 0
-               for lo, hi in self.windows):
+        if any(lo < iterations_done <= hi and (iterations_done - lo) % step == 0
+               for lo, hi, step in self.windows):
             return True
-        return self.fine(book) and iterations_done % self.fine_every == 0
+        if self.fine_every is None and self.share is None:
+            return False
+        if not self.fine(book):
+            return False
+        if self.share is None:
+            return iterations_done % self.fine_every == 0
+        # counted from the last evaluation: a bracket is at most the cadence at its end
+        cadence = self.resolution.cadence(iterations_done)
+        return iterations_done - book.last_iteration >= cadence
 
 
-def refine_windows(book: TargetBook, fine_every: int | None) -> list[tuple[int, int]]:
-    """Brackets ``(previous evaluation, hit]`` of the targets met with a bracket wider than
-    ``E_f`` iterations (the metric jumped past the fine window): a replay evaluating every
-    ``E_f`` iterations inside them resolves those times to target to ``E_f`` iterations.
-    Empty without a fine cadence."""
-    if fine_every is None:
-        return []
-    return sorted({(h.previous_iteration, h.iteration) for h in book.hits.values()
-                   if h.resolution_iters > fine_every})
+@dataclass(frozen=True)
+class Resolution:
+    """How finely a time to target is bracketed: every ``fine_every`` (``E_f``) iterations
+    near a target, and, with ``share`` (``r``, ``--ttt-resolution``), every
+    ``max(1, ⌊r·k⌋)`` iterations (capped at ``E_f``) around iteration ``k``
+    (:meth:`cadence`; counted from the previous evaluation, :meth:`EvaluationSchedule.due`),
+    so a bracket is at most ``r`` of the iterations to its target.
+
+    While the iterations take equally long (D-SGD, a static strategy: the runs whose targets
+    fall early) that is ``r`` of the time to target; the resolution a run reached, in
+    seconds, is in summary.json either way. The rule counts iterations, not seconds, so a
+    re-timed run (:mod:`decobench.trajectory`) evaluates the iterations its trajectory
+    recorded. A target met early gets a finer cadence than ``E_f`` without evaluating every
+    ``E_f`` iterations for the whole run."""
+
+    fine_every: int | None = None
+    share: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.fine_every is not None or self.share is not None
+
+    def cadence(self, iteration: int) -> int | None:
+        """Iterations between fine evaluations around ``iteration`` (None: no fine cadence)."""
+        if self.share is None:
+            return self.fine_every
+        steps = max(1, int(self.share * iteration))
+        return steps if self.fine_every is None else min(self.fine_every, steps)
+
+    def too_wide(self, hit: Hit) -> bool:
+        """Whether ``hit``'s bracket is wider than the cadence at its iteration (the metric
+        jumped past the fine window; a refine pass narrows it)."""
+        cadence = self.cadence(hit.iteration)
+        return cadence is not None and hit.resolution_iters > cadence
+
+
+def refine_windows(book: TargetBook,
+                   resolution: Resolution | int | None) -> list[tuple[int, int, int]]:
+    """Brackets ``(previous evaluation, hit, step)`` of the targets met with a bracket wider
+    than :meth:`Resolution.too_wide` allows (the metric jumped past the fine window): a replay
+    evaluating every ``step`` iterations inside them (the cadence at the bracket's start)
+    resolves those times to target to ``step`` iterations. Empty without a fine cadence. An
+    int is ``E_f`` alone."""
+    if not isinstance(resolution, Resolution):
+        resolution = Resolution(resolution)
+    windows = set()
+    for hit in book.hits.values():
+        if resolution.too_wide(hit):
+            step = resolution.cadence(hit.previous_iteration)
+            assert step is not None
+            windows.add((hit.previous_iteration, hit.iteration, step))
+    return sorted(windows)
 
 
 def hit_fields(hit: Hit | None) -> dict[str, Any]:

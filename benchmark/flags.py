@@ -129,6 +129,10 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--fine-eval-margin", type=float, default=S, metavar="M",
                    help="relative distance to a target where --fine-eval-every takes over: "
                    "accuracy >= target·(1 − M), perplexity <= target·(1 + M) (default 0.05)")
+    g.add_argument("--ttt-resolution", type=float, default=S, metavar="R",
+                   help="near a target, evaluate every max(1, floor(R·k)) iterations around "
+                   "iteration k (at most E_F), so a target met early is bracketed to a share R "
+                   "of its iterations too, e.g. 0.02 (default off: every E_F)")
     g.add_argument("--milestone", dest="milestones", type=float, action="append", default=S,
                    metavar="TARGET", help="another target whose first time is recorded "
                    "(summary.json: milestones) without stopping the run; repeatable, e.g. "

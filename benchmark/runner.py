@@ -383,8 +383,8 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
 
     evaluations, _ = evaluation_plan(run)
     # a re-timed run replays from the start: its decision policy's state is not saved
-    starts = (RefineStarts(config.fine_eval_every)
-              if config.fine_eval_every is not None and not retime else None)
+    resolution = evaluations.resolution
+    starts = RefineStarts(resolution) if resolution.active and not retime else None
     try:
         if state is None:
             rundir.open_metrics()
@@ -393,7 +393,7 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
                             refine_starts=starts)
         first_pass.append(first)
         result, refined = first, []
-        windows = refine_windows(first.book, config.fine_eval_every)
+        windows = refine_windows(first.book, resolution)
         if windows and first.outcome.status != "diverged":
             start = None if starts is None else starts.state_at(windows[0][0])
             rundir.abandon_metrics()
@@ -406,8 +406,9 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
                                  wall_start, show_progress, None, resume=start,
                                  learner_for=learner_for)
             _check_replay(first, result)
+            brackets = {(lo, hi) for lo, hi, _ in windows}
             refined = sorted(t for t, hit in first.book.hits.items()
-                             if (hit.previous_iteration, hit.iteration) in windows)
+                             if (hit.previous_iteration, hit.iteration) in brackets)
     except BaseException as exc:
         rundir.abandon_metrics()
         tracker.fail(exc)
@@ -508,7 +509,8 @@ def evaluation_plan(run: PreparedRun) -> tuple[EvaluationSchedule, TargetBook]:
     config = run.config
     targets = tuple(dict.fromkeys(
         ([config.target] if config.target is not None else []) + list(config.milestones)))
-    return (EvaluationSchedule(run.eval_every, config.fine_eval_every, config.fine_eval_margin),
+    return (EvaluationSchedule(run.eval_every, config.fine_eval_every, config.fine_eval_margin,
+                               share=config.ttt_resolution),
             TargetBook(targets, run.task.higher_is_better))
 
 
@@ -536,6 +538,7 @@ def summary_fields(run: PreparedRun, outcome: Outcome, d: int, wall_s: float, tr
         "bubble_s": bubble_s, "bubble_fraction": bubble_fraction,
         "time_basis": time_basis, "wall_time_s": wall_s,
         "fine_eval_every": config.fine_eval_every,
+        "ttt_resolution": config.ttt_resolution,
         **hit_fields(book.hits.get(config.target) if config.target is not None else None),
         "milestones": milestone_records(book, config.milestones),
     }

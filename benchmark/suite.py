@@ -336,7 +336,7 @@ def write_constant_traces(suite: Suite, traces_dir: Path) -> None:
 ADDED_LATER: tuple[str, ...] = ("fine_eval_every", "fine_eval_margin", "milestones",
                                  "ratio_shape", "init", "replay_schedule",
                                  "gradient_engine", "transport_model", "device",
-                                 "matmul_precision")
+                                 "matmul_precision", "ttt_resolution")
 """RunConfig fields added after sweeps were first published: left out of a run's identity
 while they hold their default, so finished sweeps keep their identities (a run that sets one
 of them gets a new identity, as it computes something else)."""

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from decobench.cli import main
 from decobench.evaluation import (
     EvaluationSchedule,
+    Resolution,
     TargetBook,
     milestone_records,
     near_target,
@@ -97,17 +98,73 @@ def test_refine_windows_hand_checked():
     book.record(40, 0.6, 8.0)                        # 0.5 met at a coarse evaluation
     book.record(42, 0.79, 8.4)
     book.record(44, 0.81, 8.8)                       # 0.8 met inside the fine window
-    assert refine_windows(book, 2) == [(20, 40)]
+    assert refine_windows(book, 2) == [(20, 40, 2)]
     one = TargetBook((0.5,), higher_is_better=True)
     one.record(7, 0.4, 3.0)
     one.record(8, 0.6, 9.5)                          # consecutive models: exact, not 6.5 s
     assert one.hits[0.5].resolution_iters == 1 and one.hits[0.5].resolution_s == 0.0
     assert refine_windows(book, None) == []
     assert refine_windows(book, 20) == []
-    schedule = EvaluationSchedule(every=20, fine_every=3, margin=0.0).with_windows([(20, 40)])
+    schedule = EvaluationSchedule(every=20, fine_every=3, margin=0.0).with_windows(
+        [(20, 40, 3)])
     fresh = TargetBook((0.8,), higher_is_better=True)
     assert [k for k in range(1, 61) if schedule.due(k, fresh)] == [
         20, 23, 26, 29, 32, 35, 38, 40, 60]
+
+
+def test_resolution_cadence_hand_checked():
+    """r = 2% capped at E_f = 4: every iteration below k = 100 (⌊0.02·99⌋ = 1), every 2 up
+    to 149, 3 from 150, 4 (E_f) from 200; without E_f it keeps growing; without r it is E_f."""
+    both = Resolution(fine_every=4, share=0.02)
+    assert [both.cadence(k) for k in (1, 49, 99, 100, 149, 150, 199, 200, 1000)] == [
+        1, 1, 1, 2, 2, 3, 3, 4, 4]
+    assert Resolution(share=0.02).cadence(1000) == 20
+    assert Resolution(fine_every=4).cadence(7) == 4 and Resolution().cadence(7) is None
+    assert not Resolution().active and Resolution(share=0.02).active
+    # the hit of D-SGD's 0.3 milestone in the cpu-paper ViT runs: 104 iterations, bracket 4
+    # (E_f = 4) is 3.8%; with r = 0.02 it is too wide (cadence 2) and refined every 2
+    book = TargetBook((0.3,), higher_is_better=True)
+    book.record(100, 0.29, 118.2)
+    book.record(104, 0.31, 123.1)
+    assert both.too_wide(book.hits[0.3]) and not Resolution(4).too_wide(book.hits[0.3])
+    assert refine_windows(book, both) == [(100, 104, 2)]
+    assert refine_windows(book, 4) == []
+
+
+def test_schedule_with_a_share_counts_from_the_last_evaluation():
+    """In the fine window (here from the start: margin 0.99) a run evaluates once the
+    iterations since its last evaluation reach the cadence: 95-99 every iteration, then
+    every 2 (100, 102, ..., 148), every 3 from 150, and every 4 (E_f) from 200."""
+    schedule = EvaluationSchedule(every=50, fine_every=4, margin=0.99, share=0.02)
+    book = TargetBook((0.9,), higher_is_better=True)
+    book.record(94, 0.5, 1.0)
+    due = []
+    for k in range(95, 211):
+        if schedule.due(k, book):
+            due.append(k)
+            book.record(k, 0.5, float(k))
+    assert due == [95, 96, 97, 98, 99, *range(100, 150, 2), 150, 153, 156, 159, 162, 165,
+                   168, 171, 174, 177, 180, 183, 186, 189, 192, 195, 198, 200, 204, 208]
+    # outside the window (margin 0.01: 0.5 is far from 0.9) only every E
+    far = EvaluationSchedule(every=50, fine_every=4, margin=0.01, share=0.02)
+    assert [k for k in range(1, 201) if far.due(k, book)] == [50, 100, 150, 200]
+
+
+@settings(max_examples=200, deadline=None)
+@given(share=st.floats(0.001, 0.95), fine_every=st.one_of(st.none(), st.integers(1, 12)),
+       every=st.integers(13, 120), start=st.integers(1, 400))
+def test_share_brackets_never_exceed_the_cadence_at_their_end(share, fine_every, every, start):
+    """Whatever r, E_f and E: two consecutive evaluations in the fine window are at most the
+    cadence at the later one apart, so no bracket met there is too wide (no refine pass)."""
+    schedule = EvaluationSchedule(every=every, fine_every=fine_every, margin=0.99, share=share)
+    book = TargetBook((0.9,), higher_is_better=True)
+    book.record(start, 0.5, 0.0)
+    last = start
+    for k in range(start + 1, start + 600):
+        if schedule.due(k, book):
+            assert k - last <= schedule.resolution.cadence(k)
+            book.record(k, 0.5, float(k))
+            last = k
 
 
 SMALL = ["run", "--task", "cnn-fmnist", "--workers", "2", "--batch-size", "16",
@@ -141,6 +198,27 @@ def test_fine_evaluation_changes_only_the_evaluations(tmp_path, fmnist_root):
     assert [m["target"] for m in sf["milestones"]] == [0.3] and sc["milestones"] == []
     assert sf["fine_eval_every"] == 2 and sc["fine_eval_every"] is None
     json.dumps(sf)
+
+
+def test_a_share_brackets_an_early_target_finer_than_e_f(tmp_path, fmnist_root):
+    """--ttt-resolution 0.05 beside --fine-eval-every 4: the same training rows as E_f alone,
+    and the target (met within 40 iterations, where 5% is one iteration) bracketed to at
+    most ⌊0.05·k⌋ iterations, i.e. exactly (resolution 0), where E_f alone leaves up to 4."""
+    ef, share = tmp_path / "ef", tmp_path / "share"
+    common = [*SMALL, "--data-root", str(fmnist_root), "--target", "0.5",
+              "--fine-eval-every", "4", "--fine-eval-margin", "0.5"]
+    assert main([*common, "--out", str(ef)]) == 0
+    assert main([*common, "--out", str(share), "--ttt-resolution", "0.05"]) == 0
+    rows_e, rows_s = read_metrics(ef), read_metrics(share)
+    strip = ("wall_time_s", "metric", "metric_name", "metric_time_s", "target_reached",
+             "targets_met")
+    assert ([{k: v for k, v in r.items() if k not in strip} for r in rows_e]
+            == [{k: v for k, v in r.items() if k not in strip} for r in rows_s])
+    se, ss = read_summary(ef), read_summary(share)
+    assert se["reached"] and ss["reached"] and ss["ttt_resolution"] == 0.05
+    assert ss["iters_to_target"] < 40 and ss["ttt_resolution_iters"] == 1
+    assert ss["ttt_resolution_s"] == 0.0 < se["ttt_resolution_s"]
+    assert ss["time_to_target_s"] <= se["time_to_target_s"]
 
 
 def test_fine_eval_every_must_be_finer_than_eval_every(tmp_path, fmnist_root, capsys):

@@ -48,8 +48,9 @@ def run_dir(root: Path, *, task="cnn-fmnist", method="d-sgd", label=None, condit
         "bits_sent": 1, "diverged": False, "status": "finished" if reached else
         "budget_exhausted", "eval_every": 20, "profile": "paper", "bubble_fraction": bubble,
         "ttt_resolution_s": resolution if reached else None,
-        "milestones": [{"target": t, "reached": v is not None, "time_to_target_s": v}
-                       for t, v in milestones],
+        "milestones": [{"target": t, "reached": m[1] is not None, "time_to_target_s": m[1],
+                        "ttt_resolution_s": m[2] if len(m) > 2 else None}
+                       for m in milestones for t in m[:1]],
         "network": (network or {}).get("kind", "trace"), "time_basis": "simulated"}
     config = {"task": task, "method": method, "label": label, "seed": seed, "workers": workers,
               "method_options": options or {}, "network": network or {"kind": "trace"},
@@ -186,6 +187,35 @@ def test_vit_speed_up_growing_with_the_target(tmp_path):
                 ttt=150.0, milestones=[(0.5, 100.0)])
     row = by_start(tmp_path, "ViT@ImageNet")
     assert row.ours == "2.00x at 0.5 -> 3.33x at 0.6" and row.verdict == REPRODUCED
+
+
+def test_vit_growth_reads_the_milestones_brackets_and_bounds_a_censored_median(tmp_path):
+    """D-SGD meets the 0.5 milestone at 100 s with a 4 s bracket (4% of it: the claim's
+    resolution, though every stop-target bracket is 1%); DeCo-SGD meets 0.5 at 40 s (2.5x)
+    and misses 0.6 within 150 s of budget, where D-SGD took 300 s: below 300/150 = 2x,
+    so the speed-up does not grow, and the row says so with the bound."""
+    for seed in (0, 1, 2):
+        run_dir(tmp_path, task="vit-imagenet", seed=seed, target=0.6, ttt=300.0,
+                resolution=3.0, milestones=[(0.5, 100.0, 4.0)])
+        run_dir(tmp_path, task="vit-imagenet", method="deco-sgd", seed=seed, target=0.6,
+                ttt=None, sim=150.0, milestones=[(0.5, 40.0, 0.4)])
+    row = by_start(tmp_path, "ViT@ImageNet")
+    assert row.ours == "2.50x at 0.5 -> n/a (not reached; < 2.00x) at 0.6"
+    assert row.verdict == NOT_REPRODUCED and "undecided" not in row.rule
+    assert row.resolution == "<= 4.0% of TTT (coarser than 2%)"
+
+
+def test_vit_growth_undecided_when_the_bound_is_above_the_lower_speed_up(tmp_path):
+    """The same with DeCo-SGD's budget ending at 100 s: the speed-up at 0.6 is below 3x,
+    which does not settle whether it exceeds 2.5x; the row names the undecided cell."""
+    for seed in (0, 1, 2):
+        run_dir(tmp_path, task="vit-imagenet", seed=seed, target=0.6, ttt=300.0,
+                milestones=[(0.5, 100.0, 1.0)])
+        run_dir(tmp_path, task="vit-imagenet", method="deco-sgd", seed=seed, target=0.6,
+                ttt=None, sim=100.0, milestones=[(0.5, 40.0, 0.4)])
+    row = by_start(tmp_path, "ViT@ImageNet")
+    assert row.ours == "2.50x at 0.5 -> n/a (not reached; < 3.00x) at 0.6"
+    assert row.verdict == NOT_REPRODUCED and "undecided in 1" in row.rule
 
 
 def test_staleness_amplifies_and_oracle_distance(tmp_path):

@@ -53,6 +53,11 @@ CASES = {
     "dd-ef-sgd-target": ("dd-ef-sgd", {"delta": 0.1, "tau": 2},
                          {"trace": "constant-20mbps-100ms"},
                          {"transmission_ratio": 3.0, "latency_ratio": 2.0}),
+    # the same with --ttt-resolution: the cadence counts iterations, so the re-timed run
+    # evaluates where its trajectory has metrics
+    "dd-ef-sgd-share": ("dd-ef-sgd", {"delta": 0.1, "tau": 2},
+                        {"trace": "constant-20mbps-100ms"},
+                        {"transmission_ratio": 3.0, "latency_ratio": 2.0}),
 }
 
 
@@ -62,6 +67,9 @@ def test_a_retimed_run_equals_a_fresh_run(tmp_path, fmnist_root, case):
     extra = {"method_options": options}
     if case == "dd-ef-sgd-target":
         extra.update(target=0.55, milestones=[0.4], fine_eval_every=2, max_iters=200)
+    if case == "dd-ef-sgd-share":
+        extra.update(target=0.55, milestones=[0.4], fine_eval_every=4, ttt_resolution=0.05,
+                     fine_eval_margin=0.2, max_iters=200)
     trained = prepare(_config(fmnist_root, tmp_path / "trained", method, first, **extra))
     retimed = prepare(_config(fmnist_root, tmp_path / "retimed", method, second, **extra))
     fresh = prepare(_config(fmnist_root, tmp_path / "fresh", method, second, **extra))
@@ -83,6 +91,12 @@ def test_a_retimed_run_equals_a_fresh_run(tmp_path, fmnist_root, case):
     if case == "dd-ef-sgd-target":       # the case exercised what it is there for
         assert summary["reached"] and summary["refined_targets"]
         assert summary["iterations"] < 200
+    if case == "dd-ef-sgd-share":        # finer than E_f = 4 where the target fell early
+        assert summary["reached"] and summary["ttt_resolution"] == 0.05
+        hits = [summary, *summary["milestones"]]
+        assert all(h["ttt_resolution_iters"] <= max(1, int(0.05 * h["iters_to_target"]))
+                   for h in hits), hits
+        assert any(h["ttt_resolution_iters"] < 4 for h in hits), hits
 
 
 def test_the_static_strategy_is_retimed_from_deco_where_deco_keeps_its_first_plan(
