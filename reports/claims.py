@@ -258,7 +258,8 @@ def growing_with_target(runs: Sequence[Run]) -> ClaimRow:
             "run tracked (stop target and milestones), per main cell; reproduced when it grows "
             "in every cell, partly in some, else not reproduced; where deco-sgd's median at "
             "the higher target is censored (> X), the speed-up there is below d-sgd's median / "
-            "X, which decides the cell when that bound is at most the lower target's")
+            "X, which decides the cell when that bound is at most the lower target's; not run "
+            "when no cell is decided")
     found = []
     for key, by in cells(runs, ("main",)).items():
         if key[0] != "vit-imagenet" or DECO not in by or D_SGD not in by:
@@ -277,6 +278,8 @@ def growing_with_target(runs: Sequence[Run]) -> ClaimRow:
     outcomes = [_growth(p, bound) for _, _, _, p, bound in found]
     grows = [o == "grows" for o in outcomes]
     verdict = REPRODUCED if all(grows) else PARTLY if any(grows) else NOT_REPRODUCED
+    if all(o == "undecided" for o in outcomes):
+        verdict = NOT_RUN           # runs exist, but none decides the claim
     key, low, high, pair, bound = found[0]
     at_high = str(pair[1].speedup)
     if pair[1].speedup.value is None and bound is not None:
@@ -287,7 +290,7 @@ def growing_with_target(runs: Sequence[Run]) -> ClaimRow:
     note = f"; grows in {sum(grows)} of {len(found)} cell(s)"
     if undecided:
         note += (f"; undecided in {undecided}: {DECO} missed the higher target within its "
-                 "budget and the bound does not settle it")
+                 "budget and the bound does not settle it (a larger max_iters does)")
     runs_read = [r for _, _, _, p, _ in found for c in p for r in c.runs]
     targets_read = sorted({t for _, low, high, _, _ in found for t in (low, high)})
     return ClaimRow(claim, paper, _cell_name(key) + more, _seeds(pair[0].runs), ours,

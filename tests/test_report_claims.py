@@ -207,7 +207,8 @@ def test_vit_growth_reads_the_milestones_brackets_and_bounds_a_censored_median(t
 
 def test_vit_growth_undecided_when_the_bound_is_above_the_lower_speed_up(tmp_path):
     """The same with DeCo-SGD's budget ending at 100 s: the speed-up at 0.6 is below 3x,
-    which does not settle whether it exceeds 2.5x; the row names the undecided cell."""
+    which does not settle whether it exceeds 2.5x; the row names the undecided cell and,
+    with no cell decided, says 'not run' rather than 'not reproduced'."""
     for seed in (0, 1, 2):
         run_dir(tmp_path, task="vit-imagenet", seed=seed, target=0.6, ttt=300.0,
                 milestones=[(0.5, 100.0, 1.0)])
@@ -215,7 +216,7 @@ def test_vit_growth_undecided_when_the_bound_is_above_the_lower_speed_up(tmp_pat
                 ttt=None, sim=100.0, milestones=[(0.5, 40.0, 0.4)])
     row = by_start(tmp_path, "ViT@ImageNet")
     assert row.ours == "2.50x at 0.5 -> n/a (not reached; < 3.00x) at 0.6"
-    assert row.verdict == NOT_REPRODUCED and "undecided in 1" in row.rule
+    assert row.verdict == NOT_RUN and "undecided in 1" in row.rule
 
 
 def test_staleness_amplifies_and_oracle_distance(tmp_path):
