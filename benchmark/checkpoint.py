@@ -202,8 +202,9 @@ class RefineStarts:
     A refine pass (:func:`decobench.runner.execute`) re-evaluates the brackets
     ``(previous evaluation, hit]`` wider than their resolution allows
     (:class:`decobench.evaluation.Resolution`, :func:`decobench.evaluation.refine_windows`).
-    Before the first such bracket the replay evaluates exactly as the first pass did, so it can start from the first pass's state at
-    that bracket's previous evaluation instead of from iteration 0. :meth:`after_evaluation`
+    Before the first such bracket the replay evaluates exactly as the first pass did, so it
+    can start from the first pass's state at that bracket's previous evaluation instead of
+    from iteration 0. :meth:`after_evaluation`
     keeps the latest evaluation's state (the checkpoint's format, pickled with
     :func:`torch.save` into memory, so later iterations cannot change it) and holds on to it
     when the next evaluation meets a target with a bracket that wide; that is the first
@@ -211,8 +212,8 @@ class RefineStarts:
     at iteration 0 is never kept: the replay starts from the seed there.
     """
 
-    resolution: Resolution | int
-    """How fine a time to target must be; an int is ``E_f`` alone."""
+    resolution: Resolution
+    """How fine a time to target must be."""
     kept: tuple[int, bytes] | None = None
     _last: tuple[int, bytes] | None = None
 
@@ -221,12 +222,10 @@ class RefineStarts:
         far; ``state()``: the whole state after it, as a checkpoint holds it; ``fine``: the
         next evaluation is at most the fine cadence away (no bracket can open here that needs
         refining, so no copy is made)."""
-        resolution = (self.resolution if isinstance(self.resolution, Resolution)
-                      else Resolution(self.resolution))
         if self.kept is not None:
             return
         if self._last is not None and any(
-                hit.previous_iteration == self._last[0] and resolution.too_wide(hit)
+                hit.previous_iteration == self._last[0] and self.resolution.too_wide(hit)
                 for hit in hits.values()):
             self.kept, self._last = self._last, None
             return

@@ -15,11 +15,10 @@ module keeps that bracket and makes it narrow where it matters:
 - **Refine pass.** When a target is met at an evaluation whose bracket is still wider than
   ``E_f`` (the metric jumped over the fine window between two evaluations), the simulated
   backend replays the run with fine windows over those brackets (:func:`refine_windows`).
-  With a wanted share ``r`` of the time to target (``--ttt-resolution``, e.g. 0.02), a
-  bracket is also refined when it is wider than ``r`` of its time to target, at a step small
-  enough for that (:class:`Resolution`): a target met early (few iterations, each a large
-  share of the time) gets a finer step than ``E_f`` without evaluating every ``E_f``
-  iterations for the whole run.
+  With a share ``r`` (``--ttt-resolution``, e.g. 0.02) the fine cadence around iteration
+  ``k`` is ``max(1, ⌊r·k⌋)`` iterations, at most ``E_f`` (:class:`Resolution`): a target met
+  early (few iterations, each a large share of the time) is bracketed to ``r`` of its
+  iterations without evaluating every iteration for the whole run.
 
 Pure bookkeeping: no I/O, no torch; both backends use it.
 """
@@ -144,9 +143,7 @@ class EvaluationSchedule:
         if any(lo < iterations_done <= hi and (iterations_done - lo) % step == 0
                for lo, hi, step in self.windows):
             return True
-        if self.fine_every is None and self.share is None:
-            return False
-        if not self.fine(book):
+        if not self.fine(book):             # also without a fine cadence or a share
             return False
         if self.share is None:
             return iterations_done % self.fine_every == 0
@@ -191,15 +188,11 @@ class Resolution:
         return cadence is not None and hit.resolution_iters > cadence
 
 
-def refine_windows(book: TargetBook,
-                   resolution: Resolution | int | None) -> list[tuple[int, int, int]]:
+def refine_windows(book: TargetBook, resolution: Resolution) -> list[tuple[int, int, int]]:
     """Brackets ``(previous evaluation, hit, step)`` of the targets met with a bracket wider
     than :meth:`Resolution.too_wide` allows (the metric jumped past the fine window): a replay
     evaluating every ``step`` iterations inside them (the cadence at the bracket's start)
-    resolves those times to target to ``step`` iterations. Empty without a fine cadence. An
-    int is ``E_f`` alone."""
-    if not isinstance(resolution, Resolution):
-        resolution = Resolution(resolution)
+    resolves those times to target to ``step`` iterations. Empty without a fine cadence."""
     windows = set()
     for hit in book.hits.values():
         if resolution.too_wide(hit):

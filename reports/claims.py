@@ -124,10 +124,8 @@ def bracket_of(run: Run, target: float) -> tuple[float | None, float | None]:
     """(resolution, time to target) of a run's stop target or milestone ``target``."""
     if as_float(run.summary.get("target")) == target:
         return run.ttt_resolution_s, as_float(run.summary.get("time_to_target_s"))
-    for m in run.summary.get("milestones") or []:
-        if as_float(m.get("target")) == target and m.get("reached"):
-            return as_float(m.get("ttt_resolution_s")), as_float(m.get("time_to_target_s"))
-    return None, None
+    m = _milestone(run, target)
+    return as_float(m.get("ttt_resolution_s")), as_float(m.get("time_to_target_s"))
 
 
 def resolution_text(share: float | None) -> str:
@@ -232,12 +230,16 @@ def target_of(run: Run, target: float) -> Obs:
     ran when not reached (or when the run did not track that target)."""
     if as_float(run.summary.get("target")) == target:
         return run.ttt
+    time_s = as_float(_milestone(run, target).get("time_to_target_s"))
+    return Obs(run.sim_time_s, censored=True) if time_s is None else Obs(time_s)
+
+
+def _milestone(run: Run, target: float) -> dict[str, Any]:
+    """The summary's record of milestone ``target`` when the run reached it, else {}."""
     for m in run.summary.get("milestones") or []:
         if as_float(m.get("target")) == target and m.get("reached"):
-            time_s = as_float(m.get("time_to_target_s"))
-            if time_s is not None:
-                return Obs(time_s)
-    return Obs(run.sim_time_s, censored=True)
+            return m
+    return {}
 
 
 def _targets(runs: Sequence[Run]) -> list[float]:

@@ -98,13 +98,13 @@ def test_refine_windows_hand_checked():
     book.record(40, 0.6, 8.0)                        # 0.5 met at a coarse evaluation
     book.record(42, 0.79, 8.4)
     book.record(44, 0.81, 8.8)                       # 0.8 met inside the fine window
-    assert refine_windows(book, 2) == [(20, 40, 2)]
+    assert refine_windows(book, Resolution(2)) == [(20, 40, 2)]
     one = TargetBook((0.5,), higher_is_better=True)
     one.record(7, 0.4, 3.0)
     one.record(8, 0.6, 9.5)                          # consecutive models: exact, not 6.5 s
     assert one.hits[0.5].resolution_iters == 1 and one.hits[0.5].resolution_s == 0.0
-    assert refine_windows(book, None) == []
-    assert refine_windows(book, 20) == []
+    assert refine_windows(book, Resolution()) == []
+    assert refine_windows(book, Resolution(20)) == []
     schedule = EvaluationSchedule(every=20, fine_every=3, margin=0.0).with_windows(
         [(20, 40, 3)])
     fresh = TargetBook((0.8,), higher_is_better=True)
@@ -128,7 +128,7 @@ def test_resolution_cadence_hand_checked():
     book.record(104, 0.31, 123.1)
     assert both.too_wide(book.hits[0.3]) and not Resolution(4).too_wide(book.hits[0.3])
     assert refine_windows(book, both) == [(100, 104, 2)]
-    assert refine_windows(book, 4) == []
+    assert refine_windows(book, Resolution(4)) == []
 
 
 def test_schedule_with_a_share_counts_from_the_last_evaluation():
