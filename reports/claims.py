@@ -305,8 +305,8 @@ def _growth(pair: Sequence[Comparison], bound: float | None) -> str:
     """``grows``, ``does not grow`` or ``undecided`` for one cell's (lower, higher) target
     speed-ups; ``bound``: the higher target's speed-up is below it (DeCo censored there)."""
     low, high = pair[0].speedup.value, pair[1].speedup.value
-    if low is None:
-        return "undecided" if high is None else "grows"
+    if low is None:                 # no figure at the lower target: nothing to grow from
+        return "undecided"
     if high is not None:
         return "grows" if high > low else "does not grow"
     return "does not grow" if bound is not None and bound <= low else "undecided"

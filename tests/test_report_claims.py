@@ -205,6 +205,18 @@ def test_vit_growth_reads_the_milestones_brackets_and_bounds_a_censored_median(t
     assert row.resolution == "<= 4.0% of TTT (coarser than 2%)"
 
 
+def test_vit_growth_without_a_lower_target_figure_is_not_growth(tmp_path):
+    """DeCo-SGD met 0.6 but its 0.5 milestone has no time (not reached as recorded): there
+    is no speed-up at the lower target, so the cell is undecided, never 'grows'."""
+    for seed in (0, 1, 2):
+        run_dir(tmp_path, task="vit-imagenet", seed=seed, target=0.6, ttt=300.0,
+                milestones=[(0.5, 100.0, 1.0)])
+        run_dir(tmp_path, task="vit-imagenet", method="deco-sgd", seed=seed, target=0.6,
+                ttt=150.0, milestones=[(0.5, None)])
+    row = by_start(tmp_path, "ViT@ImageNet")
+    assert row.verdict == NOT_RUN and "undecided in 1" in row.rule
+
+
 def test_vit_growth_undecided_when_the_bound_is_above_the_lower_speed_up(tmp_path):
     """The same with DeCo-SGD's budget ending at 100 s: the speed-up at 0.6 is below 3x,
     which does not settle whether it exceeds 2.5x; the row names the undecided cell and,
