@@ -187,7 +187,7 @@ class Gpt2WikiText(Task):
     dataset_variants = ("wikitext-2-raw-v1", "wikitext-103-raw-v1")
     profiles = {
         "paper": TaskProfile(
-            name="paper", model="gpt2-small", batch_size=12, lr=0.05, eval_every=100,
+            name="paper", model="gpt2-small", batch_size=12, lr=0.01, eval_every=100,
             max_iters=10000,
             compute_time_s=0.079,
             compute_time_source=(
