@@ -217,14 +217,19 @@ def sweep_lock(out: Path) -> Iterator[None]:
         yield
 
 
-def remove_abandoned_staging(out: Path) -> list[Path]:
+def remove_abandoned_staging(out: Path, cells: list[Cell] | None = None) -> list[Path]:
     """Remove the staging folders of cells an interrupted sweep left unfinished, except
-    those holding a checkpoint (their cell resumes from it, :func:`run_cell`)."""
+    those holding a checkpoint of a cell still in ``cells`` (that cell resumes from it,
+    :func:`run_cell`). A folder whose cell left the suite (its configuration changed, which
+    changes its name's identity suffix) can never resume and is removed too. Without
+    ``cells``, every folder holding a checkpoint is kept."""
     from decobench.checkpoint import has_checkpoint
 
     runs = out / "runs"
+    names = None if cells is None else {STAGING_PREFIX + cell.name for cell in cells}
     stale = [path for path in (sorted(runs.glob(STAGING_PREFIX + "*")) if runs.is_dir()
-                               else []) if not has_checkpoint(path)]
+                               else [])
+             if not has_checkpoint(path) or (names is not None and path.name not in names)]
     for path in stale:
         shutil.rmtree(path, ignore_errors=True)
     return stale
@@ -486,7 +491,7 @@ def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str
                 shutil.rmtree(out, ignore_errors=True)
             return plan
         write_manifest(plan)
-        stale = remove_abandoned_staging(out)
+        stale = remove_abandoned_staging(out, plan.cells)
         if stale:
             print(f"removed {len(stale)} unfinished run folder(s) of an interrupted sweep",
                   file=sys.stderr)
@@ -495,7 +500,7 @@ def sweep(suite: Suite, out: Path, jobs: int | None = None, data_roots: dict[str
             failures = execute_sweep(plan, jobs, wandb=wandb, show_progress=show_progress,
                                      executor=executor, queue=queue)
         except KeyboardInterrupt:
-            remove_abandoned_staging(out)          # the cells in flight start over
+            remove_abandoned_staging(out, plan.cells)   # the cells in flight start over
             raise
     if failures:
         lines = "\n".join(f"  {cell.name}: {error}" for cell, error in failures)

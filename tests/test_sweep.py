@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from decobench.checkpoint import CHECKPOINT
 from decobench.cli import main
 from decobench.errors import DecobenchError
 from decobench.reports.build import write_report
 from decobench.rundir import read_summary
 from decobench.suite import load_suite, parse_suite
-from decobench.sweep import MANIFEST, plan_sweep, sweep
+from decobench.sweep import MANIFEST, STAGING_PREFIX, plan_sweep, remove_abandoned_staging, sweep
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -194,3 +195,28 @@ def test_interrupt_stops_the_sweep_and_leaves_it_resumable(tmp_path, fmnist_root
     entries = sorted(p.name for p in runs.iterdir())
     time.sleep(2)
     assert sorted(p.name for p in runs.iterdir()) == entries == [], "a run went on or started"
+
+
+def test_staging_of_a_cell_that_left_the_suite_is_removed(tmp_path, fmnist_root):
+    """A staging folder with a checkpoint is kept only while its cell is still in the suite:
+    a cell whose configuration changed has a new name, so its old folder could never resume
+    (the cpu-paper sweep kept two such folders after main-vit's settings changed)."""
+    suite, _ = load_suite(str(_suite(tmp_path, fmnist_root)))
+    out = tmp_path / "out"
+    plan = plan_sweep(suite, out, {"cnn-fmnist": str(fmnist_root)})
+    runs = out / "runs"
+    current, no_checkpoint = (runs / (STAGING_PREFIX + cell.name) for cell in plan.cells[:2])
+    superseded = runs / (STAGING_PREFIX + plan.cells[0].name[:-12] + "0" * 12)
+    for folder in (current, no_checkpoint, superseded):
+        folder.mkdir(parents=True)
+        (folder / "metrics.jsonl").write_text("")
+    (current / CHECKPOINT).write_bytes(b"x")
+    (superseded / CHECKPOINT).write_bytes(b"x")
+
+    removed = remove_abandoned_staging(out, plan.cells)
+    assert sorted(removed) == sorted([no_checkpoint, superseded])
+    assert sorted(runs.iterdir()) == [current]
+    # without the suite's cells, a checkpoint is all it takes to be kept
+    superseded.mkdir()
+    (superseded / CHECKPOINT).write_bytes(b"x")
+    assert remove_abandoned_staging(out) == []
