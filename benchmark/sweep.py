@@ -217,19 +217,18 @@ def sweep_lock(out: Path) -> Iterator[None]:
         yield
 
 
-def remove_abandoned_staging(out: Path, cells: list[Cell] | None = None) -> list[Path]:
+def remove_abandoned_staging(out: Path, cells: list[Cell]) -> list[Path]:
     """Remove the staging folders of cells an interrupted sweep left unfinished, except
     those holding a checkpoint of a cell still in ``cells`` (that cell resumes from it,
     :func:`run_cell`). A folder whose cell left the suite (its configuration changed, which
-    changes its name's identity suffix) can never resume and is removed too. Without
-    ``cells``, every folder holding a checkpoint is kept."""
+    changes its name's identity suffix) can never resume and is removed too."""
     from decobench.checkpoint import has_checkpoint
 
     runs = out / "runs"
-    names = None if cells is None else {STAGING_PREFIX + cell.name for cell in cells}
+    names = {STAGING_PREFIX + cell.name for cell in cells}
     stale = [path for path in (sorted(runs.glob(STAGING_PREFIX + "*")) if runs.is_dir()
                                else [])
-             if not has_checkpoint(path) or (names is not None and path.name not in names)]
+             if path.name not in names or not has_checkpoint(path)]
     for path in stale:
         shutil.rmtree(path, ignore_errors=True)
     return stale
