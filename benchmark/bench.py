@@ -12,6 +12,10 @@
    DD-EF-SGD, DGA and DeCo-SGD on the CNN, 6 conditions, 2 seeds: 48 runs) with trajectory
    reuse and with ``--no-reuse``, and whether both give the same results.
 4. CLI start-up times.
+5. The emulated backend's wire codec (``wire_codec``): encode + decode of a Top-k message
+   of the cpu-profile CNN (d = 454,922) at δ = 0.01 (packed format) and 0.1 (mask format),
+   the figure ``make test`` used to assert below 0.5 s (tests/test_emulated_codec.py now
+   checks that the work is vectorised by counting Python lines, which load cannot move).
 """
 
 from __future__ import annotations
@@ -149,6 +153,25 @@ def bench_topk(sizes: list[int], delta: float, repeats: int) -> list[dict]:
     return results
 
 
+def bench_codec(repeats: int, d: int = 454_922) -> list[dict]:
+    """Encode + decode of a Top-k message of ``d`` coordinates at δ = 0.01 and 0.1."""
+    from decobench.emulated.codec import decode_sparse, encode_sparse, sparse_format
+
+    x = torch.randn(d, generator=torch.Generator().manual_seed(0))
+    results = []
+    for delta in (0.01, 0.1):
+        k = topk_count(delta, d)
+        _, indices = torch.topk(x.abs(), k, sorted=False)
+        values = x[indices]
+        timing = _time(lambda v=values, i=indices, k=k: decode_sparse(encode_sparse(v, i, d),
+                                                                      k, d), repeats)
+        results.append({"d": d, "delta": delta, "k": k, "format": sparse_format(k, d),
+                        "encode_decode": timing})
+        print(f"codec d={d} k={k} ({results[-1]['format']}): encode + decode "
+              f"{timing['median_s'] * 1e3:.2f} ms", flush=True)
+    return results
+
+
 CLI_COMMANDS = {
     "decobench --help": ["--help"],
     "decobench run --help": ["run", "--help"],
@@ -279,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=None,
                         help="worker processes of the reuse benchmark's sweeps (default: cores)")
     parser.add_argument("--only", default=None, help="comma-separated parts to run: "
-                        "gradient_engines, topk_error_feedback, sweep_reuse, cli_startup")
+                        "gradient_engines, topk_error_feedback, sweep_reuse, cli_startup, wire_codec")
     args = parser.parse_args(argv)
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     parts: dict[str, Callable[[], Any]] = {
@@ -289,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         "topk_error_feedback": lambda: bench_topk(sizes, 0.01, max(3, args.repeats // 2)),
         "sweep_reuse": lambda: bench_reuse(args.fmnist_root, args.reuse_iters, args.jobs),
         "cli_startup": lambda: bench_cli(max(3, args.repeats // 2)),
+        "wire_codec": lambda: bench_codec(args.repeats),
     }
     chosen = list(parts) if args.only is None else args.only.split(",")
     unknown = sorted(set(chosen) - set(parts))

@@ -253,14 +253,34 @@ def _installed(package: str) -> str | None:
         return None
 
 
+def _torchvision_version() -> str | None:
+    """``torchvision.__version__`` (with its build tag, e.g. ``0.29.1+cu130``, which the
+    package metadata leaves out) without importing torchvision where a run did not: the
+    import costs 1.4-2 s (it imports torch._dynamo). Read from its ``version.py``."""
+    import importlib.util
+    import re
+
+    module = sys.modules.get("torchvision")
+    if module is not None:
+        return str(module.__version__)
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / "version.py"
+        found = re.search(r"""^__version__ = ['"]([^'"]+)['"]""",
+                          path.read_text() if path.is_file() else "", re.MULTILINE)
+        if found:
+            return found.group(1)
+    return _installed("torchvision")
+
+
 def versions() -> dict[str, Any]:
     """What the run was computed with: the libraries whose versions can change its numbers,
     the machine and the vector unit torch uses on it (``cpu_capability``, e.g. AVX2 or
     AVX512: another one can round differently), for ``decobench compare``'s exact mode."""
-    import torchvision
-
     return {"decobench": __version__, "python": platform.python_version(),
-            "torch": str(torch.__version__), "torchvision": str(torchvision.__version__),
+            "torch": str(torch.__version__), "torchvision": _torchvision_version(),
             "numpy": _installed("numpy"), "timm": _installed("timm"),
             "transformers": _installed("transformers"),
             "git_commit": _git_commit(), "platform": platform.platform(),

@@ -51,7 +51,14 @@ from decobench.netem.tc import (
     shaping_commands,
     tc_rate_bps,
 )
-from decobench.netem.tcp import TcpTuning, apply_tuning, buffer_bytes, initial_window_packets
+from decobench.netem.tcp import (
+    HostChange,
+    TcpTuning,
+    apply_tuning,
+    buffer_bytes,
+    congestion_control_allowed,
+    initial_window_packets,
+)
 
 PREFIX_STEM: str = "dcb"
 """Every namespace this project creates starts with this."""
@@ -340,6 +347,12 @@ class NamespaceNetwork:
     _up: bool = field(default=False, init=False, repr=False)
     tcp: TcpTuning | None = field(default=None, init=False)
     """The TCP tuning every worker got (:mod:`decobench.netem.tcp`), once created."""
+    notify: Callable[[str], None] = field(
+        default=lambda line: print(line, file=sys.stderr, flush=True), repr=False)
+    """Where a note about a changed host setting goes (the terminal by default)."""
+    host_changes: list[HostChange] = field(default_factory=list, init=False)
+    """Host settings changed to set the network up, each put back before :meth:`create`
+    returns (:func:`decobench.netem.tcp.congestion_control_allowed`)."""
 
     def __post_init__(self) -> None:
         if self.mechanism not in MECHANISMS:
@@ -378,35 +391,45 @@ class NamespaceNetwork:
         self._t0 = self.clock()
         plan, tag = self.plan, owner_tag()
         try:
-            br, bridge = plan.bridge_namespace, plan.bridge_device
-            self._add_namespace(br, tag)
-            self._run(["ip", "-n", br, "link", "add", bridge, "type", "bridge"])
-            self._run(["ip", "-n", br, "link", "set", bridge, "up"])
-            for i in range(plan.workers):
-                ns, peer = plan.worker_namespace(i), plan.peer_device(i)
-                self._add_namespace(ns, tag)
-                veth = f"link add {peer} type veth peer name {WORKER_DEVICE} netns {ns}"
-                self._run(["ip", "-n", br, *veth.split()])
-                self._run(["ip", "-n", br, "link", "set", peer, "master", bridge])
-                self._run(["ip", "-n", br, "link", "set", peer, "up"])
-                address = f"{plan.worker_address(i)}/24"
-                self._run(["ip", "-n", ns, "addr", "add", address, "dev", WORKER_DEVICE])
-                for argv in device_commands(WORKER_DEVICE, netns=ns,
-                                            rate_bps=tc_rate_bps(self.setting,
-                                                                 self.framing_factor)):
-                    self._run(argv)
-                self._run(["ip", "-n", ns, "link", "set", WORKER_DEVICE, "up"])
-                window, buffer = self._tcp_sizes()
-                self.tcp = apply_tuning(self._run, lambda argv: runner.run(argv).stdout,
-                                        WORKER_DEVICE, window, ns,
-                                        f"worker {i} (namespace {ns})", buffer)
-                self._shape(i, self.setting, "add")
-                if self.mechanism == "nfqueue":
-                    self._start_delayer(i)
+            with congestion_control_allowed(self._run, lambda argv: runner.run(argv).stdout,
+                                            self.notify) as change:
+                if change is not None:
+                    self.host_changes.append(change)
+                    self._note("# host setting", change.key,
+                               f"{change.before} -> {change.during}",
+                               "until the namespaces are set up, then restored")
+                self._create(plan, tag, runner)
         except BaseException:
             self.teardown()
             raise
         self._up = True
+
+    def _create(self, plan: NetworkPlan, tag: str, runner: Runner) -> None:
+        br, bridge = plan.bridge_namespace, plan.bridge_device
+        self._add_namespace(br, tag)
+        self._run(["ip", "-n", br, "link", "add", bridge, "type", "bridge"])
+        self._run(["ip", "-n", br, "link", "set", bridge, "up"])
+        for i in range(plan.workers):
+            ns, peer = plan.worker_namespace(i), plan.peer_device(i)
+            self._add_namespace(ns, tag)
+            veth = f"link add {peer} type veth peer name {WORKER_DEVICE} netns {ns}"
+            self._run(["ip", "-n", br, *veth.split()])
+            self._run(["ip", "-n", br, "link", "set", peer, "master", bridge])
+            self._run(["ip", "-n", br, "link", "set", peer, "up"])
+            address = f"{plan.worker_address(i)}/24"
+            self._run(["ip", "-n", ns, "addr", "add", address, "dev", WORKER_DEVICE])
+            for argv in device_commands(WORKER_DEVICE, netns=ns,
+                                        rate_bps=tc_rate_bps(self.setting,
+                                                             self.framing_factor)):
+                self._run(argv)
+            self._run(["ip", "-n", ns, "link", "set", WORKER_DEVICE, "up"])
+            window, buffer = self._tcp_sizes()
+            self.tcp = apply_tuning(self._run, lambda argv: runner.run(argv).stdout,
+                                    WORKER_DEVICE, window, ns,
+                                    f"worker {i} (namespace {ns})", buffer)
+            self._shape(i, self.setting, "add")
+            if self.mechanism == "nfqueue":
+                self._start_delayer(i)
 
     def _tcp_sizes(self) -> tuple[int, int]:
         """TCP's initial window (packets) and socket buffer (bytes) from the first setting,
@@ -428,12 +451,15 @@ class NamespaceNetwork:
         ns = self.plan.worker_namespace(i)
         for argv in rule_commands(WORKER_DEVICE, "add", netns=ns):
             self._run(argv)
-        with self._lock:
-            t = self.clock() - (self._t0 if self._t0 is not None else self.clock())
-            self._log.append(CommandRecord(t, ("# nfqueue delayer", ns,
-                                               f"delay {self.setting.latency_s!r} s")))
+        self._note("# nfqueue delayer", ns, f"delay {self.setting.latency_s!r} s")
         self._delayers[i] = self.delayer_factory(
             exec_in(ns), self.setting.latency_s, self._link_name(i))
+
+    def _note(self, *words: str) -> None:
+        """A comment line in the command log (``# ...``)."""
+        with self._lock:
+            t = self.clock() - (self._t0 if self._t0 is not None else self.clock())
+            self._log.append(CommandRecord(t, words))
 
     def _link_name(self, i: int) -> str:
         return f"link of worker {i} ({self.plan.worker_address(i)})"

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from decobench.atomicio import write_text_atomic
 from decobench.errors import DecobenchError
 from decobench.netem.tc import PACKET_LEVEL_MECHANISMS, LinkSetting
+from decobench.netem.tcp import HostChange
 
 PROBE_PORT: int = 47031
 """TCP port the receivers listen on (each in its own namespace)."""
@@ -356,12 +357,17 @@ class _HasCommands(Protocol):
     @property
     def commands(self) -> list[str]: ...
 
+    @property
+    def host_changes(self) -> list[HostChange]: ...
+
 
 def write_probe(report: ProbeReport, network: _HasCommands, path: str | os.PathLike[str]) -> None:
-    """Write ``network_probe.json``: the report plus the exact tc commands applied so far."""
+    """Write ``network_probe.json``: the report plus the exact tc commands applied so far and
+    the host settings changed to set the network up (each put back before the probe)."""
     data = report.to_dict() | {
         "tc_commands": network.tc_commands,
         "commands": network.commands,
+        "host_changes": [change.to_dict() for change in network.host_changes],
     }
     write_text_atomic(path, json.dumps(data, indent=2) + "\n")
 

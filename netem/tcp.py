@@ -25,6 +25,18 @@ get the two settings a long-fat-network deployment would use:
   paces and probes a connection that idles between messages; the time model has no such
   stalls.
 
+A network namespace other than the host's first one may choose only an *allowed*
+algorithm (``net.ipv4.tcp_allowed_congestion_control``, one list for the whole host); hosts
+whose default is BBR often allow only ``reno bbr``. :func:`congestion_control_allowed` adds
+cubic to that list while the namespaces are tuned and puts the list back right after: a
+namespace keeps its default once set, and every socket it opens later gets it (checked
+live: cubic on both ends of a connection made after the list was restored). The change is
+printed and logged with the run's commands; where the list cannot be written (not the
+initial network namespace, e.g. inside a container) the run stops with the command that
+fixes it. The Docker stack's workers set the algorithm through their ``sysctls``, so the
+host must allow it before ``docker compose up``: ``python -m decobench.netem.tcp -- docker
+compose ... up -d`` does that around the command (:func:`main`).
+
 All are read back after they are set (:func:`check_tuning`); a mismatch stops the run
 naming the host. Where a container's ``/proc/sys`` is read-only, the sysctls come from the
 container's own settings (the generated ``docker/compose.yaml`` sets them on every worker)
@@ -34,10 +46,17 @@ left alone (gloo asks for 32 MB per socket and the kernel grants up to them).
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import fcntl
 import math
 import re
-from collections.abc import Callable, Sequence
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from decobench.errors import DecobenchError
 from decobench.netem.tc import TCP_PAYLOAD_BYTES, exec_in
@@ -66,6 +85,18 @@ CONGESTION_CONTROL = "net.ipv4.tcp_congestion_control"
 
 CONGESTION_CONTROL_ALGORITHM = "cubic"
 """The algorithm the emulated hosts use (module docstring: why not the host's BBR)."""
+
+ALLOWED_CONGESTION_CONTROL = "net.ipv4.tcp_allowed_congestion_control"
+"""The algorithms a namespace other than the initial one may choose (one list per host,
+writable only from the initial network namespace)."""
+
+AVAILABLE_CONGESTION_CONTROL = "net.ipv4.tcp_available_congestion_control"
+"""The algorithms the kernel has."""
+
+HOST_LOCK_NAME = "decobench-tcp-allowed.lock"
+"""A file in the temporary directory that serialises :func:`congestion_control_allowed`
+between decobench processes on one host (one run's restore must not undo the list another
+run is still tuning with)."""
 
 
 def initial_window_packets(rate_bps: float, latency_s: float) -> int:
@@ -201,8 +232,8 @@ def check_tuning(routes: str, sysctls: str, window: int, where: str,
         raise DecobenchError(
             f"{where}: {CONGESTION_CONTROL} is {algorithm!r}, not "
             f"{CONGESTION_CONTROL_ALGORITHM}: the emulation's timings assume it (with BBR "
-            f"collectives stall by whole round trips; is {CONGESTION_CONTROL_ALGORITHM} in "
-            f"/proc/sys/net/ipv4/tcp_available_congestion_control?) {fix}")
+            f"collectives stall by whole round trips); a namespace may choose it only if the "
+            f"host allows it: {allow_command(CONGESTION_CONTROL_ALGORITHM)} {fix}")
     lines = [line for line in routes.splitlines() if line.strip()]
     if not lines:
         raise DecobenchError(f"{where}: the link has no routes")
@@ -235,10 +266,133 @@ def apply_tuning(run: Callable[[list[str]], object], read: Callable[[list[str]],
     return TcpTuning(window, buffer)
 
 
-__all__: Sequence[str] = ["BUFFER_CAP_BYTES", "BUFFER_FLOOR_BYTES", "BUFFER_SYSCTLS",
+# ------------------------------------------------------------------ the host's allowed list
+@dataclass(frozen=True)
+class HostChange:
+    """A host setting changed for a run and put back: ``key`` went from ``before`` to
+    ``during``."""
+
+    key: str
+    before: str
+    during: str
+
+    def describe(self) -> str:
+        return f"{self.key} {self.before!r} -> {self.during!r}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"key": self.key, "before": self.before, "during": self.during}
+
+
+def allow_command(algorithm: str) -> str:
+    """The shell line that adds ``algorithm`` to the host's allowed list (run as root on
+    the host, outside any container)."""
+    return (f"sysctl -w {ALLOWED_CONGESTION_CONTROL}=\"$(sysctl -n "
+            f"{ALLOWED_CONGESTION_CONTROL}) {algorithm}\"")
+
+
+def _write_command(key: str, value: str) -> list[str]:
+    return ["sh", "-c", f"echo {value} > {proc_path(key)}"]
+
+
+@contextlib.contextmanager
+def _host_lock(directory: str | None = None) -> Iterator[None]:
+    path = Path(directory or tempfile.gettempdir()) / HOST_LOCK_NAME
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def congestion_control_allowed(
+        run: Callable[[list[str]], object], read: Callable[[list[str]], str],
+        notify: Callable[[str], None],
+        algorithm: str = CONGESTION_CONTROL_ALGORITHM,
+        lock_dir: str | None = None) -> Iterator[HostChange | None]:
+    """Within the block, network namespaces may choose ``algorithm`` (module docstring).
+
+    Reads the host's allowed list (``read``: a command's stdout); if ``algorithm`` is
+    missing, appends it (``run``), says so through ``notify``, and writes the old list back
+    when the block ends, also after an exception. Yields the :class:`HostChange`, or None when
+    the host already allowed it. Raises one line naming the fix when the kernel lacks the
+    algorithm or the list cannot be written. Serialised between decobench processes by a
+    lock file (:data:`HOST_LOCK_NAME`)."""
+    with _host_lock(lock_dir):
+        allowed = read(["cat", proc_path(ALLOWED_CONGESTION_CONTROL)]).split()
+        if algorithm in allowed:
+            yield None
+            return
+        available = read(["cat", proc_path(AVAILABLE_CONGESTION_CONTROL)]).split()
+        if algorithm not in available:
+            raise DecobenchError(
+                f"this kernel has no {algorithm} congestion control ({AVAILABLE_CONGESTION_CONTROL}"
+                f" is {' '.join(available)!r}); the emulation's timings assume it: use a kernel "
+                f"built with CONFIG_TCP_CONG_CUBIC")
+        change = HostChange(ALLOWED_CONGESTION_CONTROL, " ".join(allowed),
+                            " ".join([*allowed, algorithm]))
+        try:
+            run(_write_command(change.key, change.during))
+        except Exception as exc:  # noqa: BLE001 - not root, or not the initial namespace
+            raise DecobenchError(
+                f"the host allows only {change.before!r} as TCP congestion control in network "
+                f"namespaces and this process cannot add {algorithm} ({exc}); as root on the "
+                f"host (outside any container) run: {allow_command(algorithm)}") from None
+        notify(f"decobench: note: the host's {change.key} was {change.before!r}; added "
+               f"{algorithm} while the emulated hosts are set up (restored right after)")
+        try:
+            yield change
+        finally:
+            run(_write_command(change.key, change.before))
+            notify(f"decobench: note: restored {change.key} to {change.before!r}")
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _host_run(argv: list[str]) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise DecobenchError(f"{' '.join(argv)}: {proc.stderr.strip() or 'failed'}")
+    return proc.stdout
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m decobench.netem.tcp -- COMMAND...``: run COMMAND with cubic allowed."""
+    parser = argparse.ArgumentParser(
+        prog="python -m decobench.netem.tcp",
+        description="Run a command (e.g. `docker compose -f docker/compose.yaml up -d`) while "
+                    "the host allows the emulated hosts' TCP congestion control "
+                    f"({CONGESTION_CONTROL_ALGORITHM}) in network namespaces and containers, "
+                    f"then put {ALLOWED_CONGESTION_CONTROL} back. A container keeps the "
+                    "algorithm its sysctls set at its start. Needs root on the host.",
+        epilog="example: python -m decobench.netem.tcp -- docker compose -f "
+               "docker/compose.yaml up -d")
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="the command to run (after --)")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give the command to run after --")
+    try:
+        with congestion_control_allowed(_host_run, _host_run, _stderr):
+            return subprocess.run(command, check=False).returncode
+    except DecobenchError as exc:
+        print(f"decobench.netem.tcp: error: {exc}", file=sys.stderr)
+        return 2
+
+
+__all__: Sequence[str] = ["ALLOWED_CONGESTION_CONTROL", "AVAILABLE_CONGESTION_CONTROL",
+                          "HostChange", "allow_command", "congestion_control_allowed", "BUFFER_CAP_BYTES", "BUFFER_FLOOR_BYTES", "BUFFER_SYSCTLS",
                           "CONGESTION_CONTROL", "CONGESTION_CONTROL_ALGORITHM",
                           "DEFAULT_INITIAL_WINDOW", "MAX_INITIAL_WINDOW", "buffer_bytes",
                           "buffer_value",
                           "SLOW_START_AFTER_IDLE", "TcpTuning", "apply_tuning", "check_tuning",
                           "initial_window_packets", "proc_path", "route_commands", "routes_commands",
                           "sysctl_commands", "sysctl_read_commands", "sysctl_values"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

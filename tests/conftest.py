@@ -1,6 +1,5 @@
 """Shared fixtures: the offline data slices in ../shared/data; root for network namespaces."""
 
-import os
 import shutil
 from pathlib import Path
 
@@ -28,11 +27,27 @@ def _wandb_off_unless_asked(monkeypatch):
 
 @pytest.fixture
 def root():
-    """Skip unless we can create network namespaces and shape links (CI runs as root)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root (CAP_NET_ADMIN) to create network namespaces")
-    if shutil.which("ip") is None or shutil.which("tc") is None:
-        pytest.skip("needs the ip and tc commands (iproute2)")
+    """Skip unless we can create network namespaces, shape links and give the namespaces
+    cubic TCP (CI runs as root; tests/hostfeatures.py says what is checked)."""
+    from hostfeatures import emulation_unavailable
+
+    reason = emulation_unavailable()
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def host_without_cubic(root):
+    """The host's allowed congestion control list without cubic for the test (issue 38's
+    host: 'reno bbr'), put back afterwards. This test changes a host setting on purpose."""
+    allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+    before = allowed.read_text().strip()          # `root` checked that the kernel has cubic
+    try:
+        allowed.write_text(" ".join(a for a in before.split() if a != "cubic") + "\n")
+    except OSError as exc:
+        pytest.skip(f"cannot write {allowed} (not the initial network namespace?): {exc}")
+    yield before
+    allowed.write_text(before + "\n")
 
 
 # ------------------------------------------------------------------- live Docker (prefetch)

@@ -51,7 +51,9 @@ def unavailable() -> str | None:
                 f"venv is Python {sys.version_info[0]}.{sys.version_info[1]}")
     if apt_mirror() is None:
         return "no Debian mirror found in /etc/apt/sources.list(.d) for debootstrap"
-    return None
+    from hostfeatures import congestion_control_unavailable
+
+    return congestion_control_unavailable()   # the workers' sysctls set cubic
 
 
 def apt_mirror() -> str | None:
@@ -82,8 +84,10 @@ class PrivateEngine:
 
     def start(self, timeout_s: float = 30.0) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["ip", "netns", "add", self.netns], check=True)
-        subprocess.run(["ip", "-n", self.netns, "link", "set", "lo", "up"], check=True)
+        checked(subprocess.run(["ip", "netns", "add", self.netns], capture_output=True,
+                               text=True))
+        checked(subprocess.run(["ip", "-n", self.netns, "link", "set", "lo", "up"],
+                               capture_output=True, text=True))
         log = open(self.root / "dockerd.log", "wb")  # noqa: SIM115 (kept for the process's life)
         self.proc = subprocess.Popen(
             ["nsenter", f"--net=/run/netns/{self.netns}", "dockerd", "-H", f"unix://{self.sock}",
@@ -99,15 +103,15 @@ class PrivateEngine:
 
     def docker(self, *args: str, check: bool = True, timeout: float = 300,
                stdin: bytes | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run(["docker", *args], env=self.env, capture_output=True,
-                              check=check, timeout=timeout, input=stdin)
+        return checked(subprocess.run(["docker", *args], env=self.env, capture_output=True,
+                                      timeout=timeout, input=stdin), check)
 
     def compose(self, compose_dir: Path, *args: str, env: dict[str, str] | None = None,
                 check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
         files = ["-f", "compose.yaml", "-f", "override.yaml"]
-        return subprocess.run(["docker-compose", *files, *args], cwd=compose_dir,
-                              env={**self.env, **(env or {})}, capture_output=True, text=True,
-                              check=check, timeout=timeout)
+        return checked(subprocess.run(["docker-compose", *files, *args], cwd=compose_dir,
+                                      env={**self.env, **(env or {})}, capture_output=True,
+                                      text=True, timeout=timeout), check)
 
     def stop(self) -> None:
         """Stop the daemon (by its PID), unmount what it left and delete its namespace."""
@@ -131,6 +135,30 @@ class PrivateEngine:
         if self.proc is not None and self.proc.poll() is None:
             out.append(f"dockerd (pid {self.proc.pid})")
         return out
+
+
+class CommandFailed(RuntimeError):
+    """A command of the live test failed; the message carries its own stderr (compose's,
+    docker's), not only the exit status."""
+
+
+def checked(proc: subprocess.CompletedProcess, check: bool = True) -> subprocess.CompletedProcess:
+    """``proc``, or :class:`CommandFailed` with the command, its status and the last 3,000
+    characters of its stderr (and stdout) when ``check`` and it failed."""
+    if check and proc.returncode != 0:
+        def text(data: str | bytes | None) -> str:
+            return (data.decode(errors="replace") if isinstance(data, bytes)
+                    else data or "").strip()
+
+        output = "\n".join(filter(None, (text(proc.stderr), text(proc.stdout))))
+        raise CommandFailed(f"{' '.join(map(str, proc.args))} exited with status "
+                            f"{proc.returncode}:\n{output[-3000:] or '(no output)'}")
+    return proc
+
+
+def host_command(argv: list[str]) -> str:
+    """Run a command on the host; its stdout, or :class:`CommandFailed` naming its stderr."""
+    return checked(subprocess.run(argv, capture_output=True, text=True)).stdout
 
 
 def _mounts_under(root: Path) -> list[str]:
@@ -225,7 +253,7 @@ class RootfsPrefetch:
 
 def import_image(engine: PrivateEngine, rootfs: Path, tag: str) -> None:
     """``docker import`` the root filesystem as ``tag``."""
-    tar = subprocess.run(["tar", "-C", str(rootfs), "-c", "."], capture_output=True, check=True)
+    tar = checked(subprocess.run(["tar", "-C", str(rootfs), "-c", "."], capture_output=True))
     engine.docker("import", "-", tag, stdin=tar.stdout)
 
 

@@ -27,11 +27,20 @@ def _sysctl_key(path: str) -> str:
 LINUX_DEFAULTS = {"net.ipv4.tcp_slow_start_after_idle": "1",
                   "net.ipv4.tcp_rmem": "4096\t131072\t6291456",
                   "net.ipv4.tcp_wmem": "4096\t16384\t4194304",
-                  "net.ipv4.tcp_congestion_control": "bbr"}     # this project's hosts' default
+                  "net.ipv4.tcp_congestion_control": "bbr",     # this project's hosts' default
+                  "net.ipv4.tcp_available_congestion_control": "reno bbr cubic"}
+
+ALLOWED = "net.ipv4.tcp_allowed_congestion_control"
+"""One list per host, written only from the initial namespace (None here)."""
 
 
 class TcEcho:
-    def __init__(self) -> None:
+    """``allowed``: the host's allowed congestion control algorithms; a namespace's write of
+    an algorithm not in it is refused, as the kernel does ("reno bbr": issue 38's host)."""
+
+    def __init__(self, allowed: str = "reno cubic") -> None:
+        self.allowed = allowed
+        self.allowed_writes: list[str] = []          # every value written to the list
         self.classes: dict[tuple, dict[str, str]] = {}
         self.qdiscs: dict[tuple, dict[str, str]] = {}
         self.rules: dict[str | None, list[str]] = {}  # iptables INPUT rules per namespace
@@ -49,11 +58,25 @@ class TcEcho:
 
     def _tuning(self, ns: str | None, words: list[str]) -> str:
         if words[:1] == ["cat"]:                    # cat /proc/sys/net/ipv4/KEY...
-            return "".join(self.sysctls.get((ns, key), LINUX_DEFAULTS.get(key, "1")) + "\n"
+            return "".join((self.allowed if key == ALLOWED else
+                            self.sysctls.get((ns, key), LINUX_DEFAULTS.get(key, "1"))) + "\n"
                            for key in map(_sysctl_key, words[1:]))
         if words[:1] == ["sh"]:                     # sh -c "echo VALUE > /proc/sys/..."
+            from decobench.netem.netns import CommandError
+
             value, path = words[2].removeprefix("echo ").split(" > ")
-            self.sysctls[(ns, _sysctl_key(path))] = value.replace(" ", "\t")
+            key = _sysctl_key(path)
+            if key == ALLOWED:
+                if ns is not None:
+                    raise CommandError(words, 2, f"sh: 1: cannot create {path}: Permission "
+                                                 "denied")
+                self.allowed = value
+                self.allowed_writes.append(value)
+                return ""
+            if (key == "net.ipv4.tcp_congestion_control" and ns is not None
+                    and value not in self.allowed.split()):
+                raise CommandError(words, 2, "sh: 1: echo: echo: I/O error")
+            self.sysctls[(ns, key)] = value.replace(" ", "\t")
             return ""
         dev = words[words.index("dev") + 1]
         if words[2] == "show":

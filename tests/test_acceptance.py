@@ -3,8 +3,10 @@ offline Fashion-MNIST slice.
 
 CNN@FashionMNIST, 4 workers, the bundled high-latency low-bandwidth varying trace, target
 accuracy 0.75, each of the five methods of the paper's comparison: every method reaches the
-target, DeCo-SGD is the fastest and at least 3x faster than D-SGD, DeCo's δ follows the
-bandwidth it measured, and CocktailSGD runs DeCo's first plan, frozen. Simulated times are
+target, DeCo-SGD is at least 3x faster than D-SGD and faster than Accordion and DGA, DeCo's δ
+follows the bandwidth it measured, and CocktailSGD runs DeCo's first plan, frozen. Whether
+DeCo-SGD also beats CocktailSGD is the paper's claim, judged by the report's claims table from
+runs, not asserted here (on this trace it does not: see the test). Simulated times are
 deterministic, so these are not timed asserts.
 
 About 2.5 minutes on 2 cores (five runs to 0.75), so it runs in ``make test-slow``; ``make
@@ -32,12 +34,17 @@ def runs(tmp_path_factory, fmnist_root):
     return root
 
 
-def test_every_method_reaches_the_target_and_deco_sgd_is_fastest(runs):
+def test_every_method_reaches_the_target_and_deco_sgd_beats_the_top_k_family(runs):
     summaries = {m: read_summary(runs / m) for m in METHODS}
     assert all(s["reached"] and s["status"] == "finished" for s in summaries.values())
     ttt = {m: s["time_to_target_s"] for m, s in summaries.items()}
-    assert min(ttt, key=ttt.get) == "deco-sgd", ttt
-    assert ttt["deco-sgd"] * 3 <= ttt["d-sgd"]
+    assert ttt["deco-sgd"] * 3 <= ttt["d-sgd"], ttt
+    assert ttt["deco-sgd"] < min(ttt["accordion"], ttt["dga"]), ttt
+    # Not "DeCo-SGD is the fastest of the five": since CocktailSGD probes with DeCo's message
+    # size (--cocktail-probe deco, fe1d046) it runs DeCo's first plan frozen with 4-bit values,
+    # and on this trace reaches 0.75 first: 76.22 s against DeCo-SGD's 82.57 s (with
+    # --cocktail-probe own, 92.21 s). That is a finding about the paper's claim, which the
+    # claims table reports from runs; a test that asserted it would turn a result into a rule.
 
 
 def test_deco_delta_follows_measured_bandwidth(runs):

@@ -1,8 +1,10 @@
 """The CI smoke workflow users copy (issue 18): `.github/workflows/smoke.yml` is valid, its
-make targets are the ones this test runs on tiny data (a golden file made, an unchanged run
-passing, a slower one failing), and the data slices it builds are the golden results' data."""
+make targets are the ones this test runs on tiny data (a golden file made, a rerun checked
+against it: the same where nothing changed, a regression failing), and the data slices it
+builds are the golden results' data."""
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -69,7 +71,7 @@ def _tiny_suite(path: Path, bandwidth: float) -> Path:
         "name": "tiny-smoke", "conditions": {"link": {"trace": str(trace)}},
         "experiments": [{"name": "main", "tasks": ["cnn-fmnist"], "conditions": ["link"],
                          "methods": ["d-sgd"], "workers": [2], "seeds": [0], "target": 0.4,
-                         "max_iters": 30, "options": {"eval_every": 10, "fine_eval_every": 2}}]}))
+                         "max_iters": 30, "options": {"eval_every": 10}}]}))
     return path
 
 
@@ -80,12 +82,46 @@ def _make(target: str, suite: Path, golden: Path, check: Path, fmnist_root: Path
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
+CELL = "main/cnn-fmnist/link/d-sgd/n2/s0"
+
+
 def test_smoke_golden_then_smoke_check_on_tiny_data(tmp_path, fmnist_root):
+    """`make smoke-golden` writes the golden file; `make smoke-check` reruns the suite afresh
+    and fails when it regressed: here against a golden file saying the cell reached its
+    target in half the time, while its other metrics, rerun, are the same (the unchanged
+    check passing and a slower link are make test-slow's)."""
     suite = _tiny_suite(tmp_path / "tiny.yaml", 20)
     golden, check = tmp_path / "golden" / "tiny.json", tmp_path / "check"
     made = _make("smoke-golden", suite, golden, check, fmnist_root)
     assert made.returncode == 0, made.stderr[-2000:]
     assert golden.is_file() and (check / "report.md").is_file()
+    assert "OK: 0 regressed" in (check / "compare.md").read_text()
+    snapshot = json.loads(golden.read_text())
+    assert list(snapshot["cells"]) == [CELL]
+    values = snapshot["cells"][CELL]["values"]
+    assert values["status"] == "reached"
+    values["time_to_target_s"] /= 2
+    golden.write_text(json.dumps(snapshot))
+
+    checked = _make("smoke-check", suite, golden, check, fmnist_root)
+    assert checked.returncode != 0
+    compared = (check / "compare.md").read_text()
+    assert "REGRESSED" in compared and CELL in compared
+    (cell,) = json.loads((check / "compare.json").read_text())["cells"]
+    verdicts = {m["metric"]: m["verdict"] for m in cell["metrics"]}
+    assert verdicts.pop("time_to_target_s") == "regressed"
+    assert set(verdicts.values()) == {"same"}         # iterations, bits, final metric, status
+
+
+# make test-slow: test_smoke_golden_then_smoke_check_on_tiny_data covers the make targets
+# (the run, compare's exit status through make, a rerun equal to the golden file) and
+# test_compare.py's test_a_slower_trace_is_a_named_regression a slower link
+@pytest.mark.slow
+def test_smoke_check_passes_unchanged_and_fails_on_a_slower_link(tmp_path, fmnist_root):
+    suite = _tiny_suite(tmp_path / "tiny.yaml", 20)
+    golden, check = tmp_path / "golden" / "tiny.json", tmp_path / "check"
+    made = _make("smoke-golden", suite, golden, check, fmnist_root)
+    assert made.returncode == 0, made.stderr[-2000:]
     again = _make("smoke-check", suite, golden, check, fmnist_root)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "OK: 0 regressed" in (check / "compare.md").read_text()
@@ -94,7 +130,7 @@ def test_smoke_golden_then_smoke_check_on_tiny_data(tmp_path, fmnist_root):
                    fmnist_root)
     assert slower.returncode != 0
     compared = (check / "compare.md").read_text()
-    assert "REGRESSED" in compared and "main/cnn-fmnist/link/d-sgd/n2/s0" in compared
+    assert "REGRESSED" in compared and CELL in compared
 
 
 def _shared_sources() -> tuple[tuple, dict[str, bytes]]:

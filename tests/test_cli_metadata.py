@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 PROBE = """
 import sys
 from decobench.cli import main
@@ -34,8 +36,28 @@ def test_a_warm_cache_answers_without_torch_and_the_same_help(tmp_path):
     assert verdict == "NO-TORCH 2" and "--lr: Input should be a finite number" in err
 
 
-def test_a_changed_source_file_or_a_corrupt_cache_reads_the_registries_again(tmp_path):
-    _decobench(tmp_path, "run", "--help")
+@pytest.fixture
+def fresh_process(tmp_path, monkeypatch):
+    """run_metadata() as a fresh process sees it (the registries not imported yet), with the
+    cache in tmp_path; returns the list of collect() calls, which stand for reading the
+    registries (importing torch). In-process: the subprocess test above shows that a cache
+    hit imports no torch; these check when the cache is hit (each fresh process cost 4 s)."""
+    from decobench import cli_metadata
+
+    monkeypatch.setenv("DECOBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cli_metadata, "_registered_in_process", lambda: False)
+    calls = []
+    collect = cli_metadata.collect
+    monkeypatch.setattr(cli_metadata, "collect", lambda: calls.append(1) or collect())
+    return calls
+
+
+def test_a_changed_source_file_or_a_corrupt_cache_reads_the_registries_again(tmp_path,
+                                                                              fresh_process):
+    from decobench.cli_metadata import run_metadata
+
+    first = run_metadata()
+    assert len(fresh_process) == 1
     cache = tmp_path / "cli-metadata.json"
     record = json.loads(cache.read_text())
     accordion = next(path for path, _, _ in record["files"]
@@ -43,26 +65,30 @@ def test_a_changed_source_file_or_a_corrupt_cache_reads_the_registries_again(tmp
     before = os.stat(accordion)
     try:
         os.utime(accordion, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
-        assert _decobench(tmp_path, "run", "--help")[1] == "TORCH 0"
-        assert _decobench(tmp_path, "run", "--help")[1] == "NO-TORCH 0"
+        assert run_metadata() == first and len(fresh_process) == 2     # read again
+        assert run_metadata() == first and len(fresh_process) == 2     # then cached
     finally:
         os.utime(accordion, ns=(before.st_atime_ns, before.st_mtime_ns))
     cache.write_text("{not json")
-    assert _decobench(tmp_path, "run", "--help")[1] == "TORCH 0"
+    assert run_metadata() == first and len(fresh_process) == 3
     assert json.loads(cache.read_text())["metadata"]["methods"]["accordion"]["options"]
 
 
-def test_cached_metadata_equals_the_registries(tmp_path, monkeypatch):
+def test_cached_metadata_equals_the_registries(tmp_path, fresh_process):
     from decobench import cli_metadata
 
-    monkeypatch.setenv("DECOBENCH_CACHE_DIR", str(tmp_path))
-    _decobench(tmp_path, "run", "--help")
+    cli_metadata.run_metadata()
     cached = json.loads((tmp_path / "cli-metadata.json").read_text())["metadata"]
-    assert cached == cli_metadata.collect()
+    assert cached == cli_metadata.collect()          # survives the JSON round trip
+    assert cli_metadata.run_metadata() == cached and len(fresh_process) == 2
 
 
-def test_an_unwritable_cache_is_skipped(tmp_path):
+def test_an_unwritable_cache_is_skipped(tmp_path, fresh_process, monkeypatch):
+    from decobench import cli_metadata
+
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    text, verdict, _ = _decobench(blocker / "sub", "run", "--help")
-    assert verdict == "TORCH 0" and "--accordion-eta" in text
+    monkeypatch.setenv("DECOBENCH_CACHE_DIR", str(blocker / "sub"))
+    metadata = cli_metadata.run_metadata()
+    assert "accordion_eta" in metadata["methods"]["accordion"]["options"]
+    assert len(fresh_process) == 1 and not (blocker / "sub").exists()

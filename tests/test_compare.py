@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from e2e_shared import cells_in_this_process
 
 from decobench.cli import main
 from decobench.reports.compare import (
@@ -33,8 +34,7 @@ def _suite(tmp: Path, name: str, bandwidth: float, deco_interval: int = 5,
     suite = {"name": "cmp", "conditions": {"link": {"trace": str(trace)}},
              "experiments": [{"name": "main", "tasks": ["cnn-fmnist"], "conditions": ["link"],
                               "methods": entries, "workers": [2], "seeds": [0, 1],
-                              "target": 0.5, "max_iters": 40,
-                              "options": {"eval_every": 10, "fine_eval_every": 2}}]}
+                              "target": 0.45, "max_iters": 20, "options": {"eval_every": 20}}]}
     path = tmp / name / "suite.yaml"
     path.write_text(yaml.safe_dump(suite))
     return path
@@ -52,17 +52,18 @@ def results(tmp_path_factory, fmnist_root):
     the others are missing there, so their tests narrow with --only). A rerun giving the same
     numbers is the determinism tests' business (test_run_end_to_end.py)."""
     tmp = tmp_path_factory.mktemp("compare")
-    base = _sweep(_suite(tmp, "base", 20), tmp / "r-base", fmnist_root)
-    shutil.copytree(base, tmp / "r-again")
-    return {
-        "base": base, "again": tmp / "r-again",
-        # the same link at a quarter of the bandwidth: D-SGD slower to target
-        "slower": _sweep(_suite(tmp, "slower", 5, methods=("d-sgd",)), tmp / "r-slower",
-                         fmnist_root),
-        # DeCo-SGD never re-plans after its first plan (F = 1000 > the budget)
-        "option": _sweep(_suite(tmp, "option", 20, deco_interval=1000, methods=("deco-sgd",)),
-                         tmp / "r-option", fmnist_root),
-    }
+    with cells_in_this_process():
+        base = _sweep(_suite(tmp, "base", 20), tmp / "r-base", fmnist_root)
+        shutil.copytree(base, tmp / "r-again")
+        return {
+            "base": base, "again": tmp / "r-again",
+            # the same link at a quarter of the bandwidth: D-SGD slower to target
+            "slower": _sweep(_suite(tmp, "slower", 5, methods=("d-sgd",)), tmp / "r-slower",
+                             fmnist_root),
+            # DeCo-SGD never re-plans after its first plan (F = 1000 > the budget)
+            "option": _sweep(_suite(tmp, "option", 20, deco_interval=1000,
+                                    methods=("deco-sgd",)), tmp / "r-option", fmnist_root),
+        }
 
 
 def _compare(capsys, base, new, *extra) -> tuple[int, str, dict]:

@@ -228,14 +228,35 @@ RUN_FLAGS = {"--lr": (0.05, _run_number), "--momentum": (0.9, _run_number),
 """Flag: (a valid value, generated values)."""
 
 
-@given(data=st.data(), changed=st.sets(st.sampled_from(sorted(RUN_FLAGS)), max_size=3))
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+_RUN_EXAMPLES = given(data=st.data(),
+                      changed=st.sets(st.sampled_from(sorted(RUN_FLAGS)), max_size=3))
+
+
+def _run_examples(count: int) -> settings:
+    return settings(max_examples=count, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@_RUN_EXAMPLES
+@_run_examples(8)
 def test_run_property_one_line_or_a_finished_run(tmp_path_factory, fmnist_root, capsys, data,
                                                   changed):
     """Run flags (2 iterations), up to three of them generated and the rest valid: exit 0
     with a complete run directory whose numbers are finite, or exit 2 with one line and
-    nothing written."""
+    nothing written. 8 examples in make test (one that trains takes up to seconds: a large
+    batch or many workers); test_run_property_on_more_examples draws 60 (make test-slow)."""
+    _run_one_line_or_a_finished_run(tmp_path_factory, fmnist_root, capsys, data, changed)
+
+
+@pytest.mark.slow  # the same property on 60 examples (make test-slow)
+@_RUN_EXAMPLES
+@_run_examples(60)
+def test_run_property_on_more_examples(tmp_path_factory, fmnist_root, capsys, data, changed):
+    _run_one_line_or_a_finished_run(tmp_path_factory, fmnist_root, capsys, data, changed)
+
+
+def _run_one_line_or_a_finished_run(tmp_path_factory, fmnist_root, capsys, data,
+                                    changed) -> None:
     out = tmp_path_factory.mktemp("run") / "r"
     values = {flag: data.draw(strategy, label=flag) if flag in changed else valid
               for flag, (valid, strategy) in RUN_FLAGS.items()}

@@ -21,7 +21,7 @@ from decobench.errors import DecobenchError
 from decobench.rundir import read_metrics, read_summary
 
 ARGS = ["--task", "cnn-fmnist", "--profile", "cpu", "--workers", "2", "--trace",
-        "constant-1gbps-10ms", "--topology", "ring", "--max-iters", "80", "--eval-every", "40",
+        "constant-1gbps-10ms", "--topology", "ring", "--max-iters", "40", "--eval-every", "20",
         "--seed", "1", "--method", "dd-ef-sgd", "--delta", "0.05", "--tau", "2",
         "--no-progress", "--no-wandb"]
 
@@ -50,8 +50,8 @@ def test_killed_ranks_resume_from_the_same_iteration(tmp_path, fmnist_root):
             "--out", str(out)]
     procs = _start([*args, "--checkpoint-every-s", "0.02"])
     folder = out / RANK_CHECKPOINTS
-    deadline = time.monotonic() + 240
-    while not (_held(folder, 0) and _held(folder, 1) and min(_held(folder, 1)) >= 20):
+    deadline = time.monotonic() + 240    # a hang guard only: the loop ends at the checkpoint
+    while not (_held(folder, 0) and _held(folder, 1) and min(_held(folder, 1)) >= 10):
         assert all(p.poll() is None for p in procs), "the run ended before it was killed"
         assert time.monotonic() < deadline
         time.sleep(0.01)
@@ -64,7 +64,7 @@ def test_killed_ranks_resume_from_the_same_iteration(tmp_path, fmnist_root):
     newest = _held(folder, 1)[-1]
     torch.save({"fingerprint": "not restored"}, folder / f"rank0-{newest + 3:09d}.pt")
     procs = _start([*args, "--resume"])
-    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    outputs = [p.communicate(timeout=240)[0] for p in procs]   # timeouts: hang guards only
     assert [p.returncode for p in procs] == [0, 0], "\n".join(outputs)
     assert f"after iteration {newest} (the newest checkpoint every rank holds)" in outputs[0]
     assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "metrics.jsonl",
@@ -75,7 +75,7 @@ def test_killed_ranks_resume_from_the_same_iteration(tmp_path, fmnist_root):
     outputs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(outputs)
     rows, reference = read_metrics(out), read_metrics(whole)
-    assert [r["iteration"] for r in rows] == list(range(1, 81))
+    assert [r["iteration"] for r in rows] == list(range(1, 41))
     measured = {"sim_time_s", "wall_time_s", "bubble_s", "compute_s", "wait_s", "tx_s",
                 "tx_start_s", "arrive_s", "metric_time_s", "reported_work_s"}
     for row, ref in zip(rows, reference, strict=True):   # the same computation, bit for bit
@@ -84,10 +84,14 @@ def test_killed_ranks_resume_from_the_same_iteration(tmp_path, fmnist_root):
     times = [r["sim_time_s"] for r in rows]
     assert times == sorted(times)              # the measured clock continued, not restarted
     summary = read_summary(out)
-    assert summary["iterations"] == 80
+    assert summary["iterations"] == 40
     assert summary["final_metric"] == read_summary(whole)["final_metric"]
 
 
+@pytest.mark.slow  # about 5 s for two rank processes (make test-slow); in make test,
+# test_resume_without_a_common_checkpoint_stops_every_rank checks that every rank raises,
+# and test_emulated_ranks' test_a_method_that_cannot_run_emulated_says_why that a rank's
+# error ends it with exit 2 and its line
 def test_resume_without_checkpoints_stops_every_rank_with_one_line(tmp_path, fmnist_root):
     out = tmp_path / "emu"
     out.mkdir()
@@ -126,6 +130,33 @@ def test_rank_checkpoints_keep_what_every_rank_holds(tmp_path):
     assert zero.iterations() == [8]
     zero.remove()
     assert zero.iterations() == [] and one.iterations() == [4, 8]
+
+
+@pytest.mark.parametrize("held", [{}, {0: [4, 8]}, {0: [4], 1: [8]}],
+                         ids=["none", "rank-1-none", "none-in-common"])
+def test_resume_without_a_common_checkpoint_stops_every_rank(tmp_path, monkeypatch, held):
+    """On --resume every rank gathers the iterations every rank holds (here the two ranks
+    in turn, the all-gather answered from both ranks' files), so when no iteration is common
+    to all, every rank stops with the same error instead of one rank waiting for the
+    others."""
+    from decobench.emulated import worker
+
+    ranks = [_checkpointer(tmp_path, rank) for rank in range(2)]
+    for rank, iterations in held.items():
+        for it in iterations:
+            ranks[rank].save({"iteration": it})
+
+    def all_gather_object(gathered, mine):
+        gathered[:] = [checkpointer.iterations() for checkpointer in ranks]
+
+    monkeypatch.setattr(worker.dist, "all_gather_object", all_gather_object)
+    for rank in range(2):
+        env = worker.RankEnvironment.from_environ({"RANK": str(rank), "WORLD_SIZE": "2",
+                                                   "MASTER_ADDR": "-", "MASTER_PORT": "0"})
+        with pytest.raises(DecobenchError, match="--resume: no checkpoint every rank can "
+                                                 "restore"):
+            worker.agree_on_checkpoint(ranks[rank], env, tmp_path, torch.device("cpu"))
+    assert [r.iterations() for r in ranks] == [held.get(0, []), held.get(1, [])]
 
 
 def test_ranks_delete_a_checkpoint_only_once_every_rank_reported_a_newer_one(tmp_path):

@@ -6,20 +6,19 @@ tests/test_emulated_launcher.py.)"""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 
 import pytest
+from hostfeatures import emulation_unavailable
 
 from decobench.cli import main
 from decobench.netem.nfqueue import kernel_has_nfqueue
 from decobench.rundir import read_metrics, read_summary
 
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc")
-    or not shutil.which("iptables"),
-    reason="needs root with ip, tc and iptables (CI runs as root; make tools installs iptables)")
+_UNAVAILABLE = emulation_unavailable() or (
+    None if shutil.which("iptables") else "needs iptables (make tools installs it as root)")
+needs_root = pytest.mark.skipif(_UNAVAILABLE is not None, reason=str(_UNAVAILABLE))
 
 OUTAGE_START_S, OUTAGE_END_S = 2.0, 6.0
 
@@ -68,11 +67,15 @@ def test_an_outage_and_one_percent_loss_finish_with_the_simulated_trajectory(
             sim["bits_sent"], sim["delta"], sim["tau"])
     assert summary["final_metric"] == pytest.approx(read_summary(simulated)["final_metric"],
                                                     abs=1e-6)
-    # the outage is in the measured times: one iteration waits it out
-    steps = [b["sim_time_s"] - a["sim_time_s"] for a, b in zip(rows[:-1], rows[1:], strict=True)]
-    slowest = max(steps)
-    assert slowest > 0.5 * (OUTAGE_END_S - OUTAGE_START_S), steps
-    assert sorted(steps)[len(steps) // 2] < 1.0, steps      # the others are link speed
+    # the outage is in the measured times: the iteration under way when the link went down
+    # waits it out, so a step that overlaps the outage is long. (Not "the slowest step is
+    # the outage's": with 1% loss a lost retransmission can stall TCP for longer later in the
+    # run, a 12 s step at 42 s once; not "the median step is under 1 s": it was 1.60 s once
+    # on an idle machine, and load stretches every step. When the outage happens does not.)
+    times = [r["sim_time_s"] for r in rows]
+    overlapping = [b - a for a, b in zip(times[:-1], times[1:], strict=True)
+                   if a < OUTAGE_END_S and b > OUTAGE_START_S]
+    assert max(overlapping) > 0.5 * (OUTAGE_END_S - OUTAGE_START_S), times
     # the loss rule was in place, read back, and recorded
     config = (emulated / "config.yaml").read_text()
     assert "packet_loss: 0.01" in config

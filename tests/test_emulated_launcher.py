@@ -3,7 +3,6 @@ shaped links, the probe, the trace player, two real ranks, teardown; and a kille
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -11,15 +10,16 @@ import time
 from pathlib import Path
 
 import pytest
+from hostfeatures import emulation_unavailable
 
 from decobench.cli import main
 from decobench.config import RunConfig
 from decobench.errors import DecobenchError
 from decobench.rundir import read_metrics, read_summary
 
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"),
-    reason="the emulated backend needs root with ip and tc (CI runs as root)")
+_UNAVAILABLE = emulation_unavailable()
+needs_root = pytest.mark.skipif(_UNAVAILABLE is not None,
+                                reason=f"the emulated backend: {_UNAVAILABLE}")
 
 
 def _namespaces() -> set[str]:
@@ -27,11 +27,18 @@ def _namespaces() -> set[str]:
     return {line.split()[0] for line in out.splitlines() if line.strip()}
 
 
-def _args(fmnist_root, out, method, iters=6):
+LANES = ["--collectives-in-flight", "2"]
+"""Two lanes, not the default 8: each lane is a gloo process group whose set-up takes about
+1.4 s of rendezvous over the 200 ms round trip (9 groups were 13 s of a 32 s run); two lanes
+(and the probe group) take the multi-lane path all the same. The default runs in make
+test-slow (tests/test_emulated_faults.py, the killed-rank test)."""
+
+
+def _args(fmnist_root, out, method, iters=6, lanes=LANES):
     return ["run", "--backend", "emulated", "--task", "cnn-fmnist", "--profile", "cpu",
             "--workers", "2", "--trace", "constant-20mbps-100ms", "--max-iters", str(iters),
             "--eval-every", str(iters), "--data-root", str(fmnist_root), "--out", str(out),
-            "--no-wandb", "--no-progress", *method]
+            "--no-wandb", "--no-progress", *lanes, *method]
 
 
 def _emulatable() -> list[str]:
@@ -102,15 +109,31 @@ def test_two_worker_emulated_run(tmp_path, fmnist_root, method):
         # short), which is what this test guards against, so that side keeps 4 ms; a late
         # reading is the delayer's release lag (lag_max 5-9 ms per delayer in a fidelity
         # run's nfqueue_delay.json; 16.4-20.6 ms implied in three make tests of 2026-11-26,
-        # against 11.6 ms), so that side allows 10 ms; a stall (hundreds of ms) still fails
+        # against 11.6 ms), so that side allows 10 ms or, where load made this run's
+        # delayers later (11-12 ms measured with two busy processes beside the test), the
+        # largest release lag they measured themselves plus 2 ms: the allowance follows the
+        # run's own measurement, not an idle machine's. A stall (hundreds of ms) still fails
         link_s = warmup_bits / 20e6
-        assert link_s - 0.004 <= implied_s <= link_s + 0.010, (implied_s, plans[0])
+        late_s = max(0.010, _largest_release_lag_s(out) + 0.002)
+        assert link_s - 0.004 <= implied_s <= link_s + late_s, (implied_s, late_s, plans[0])
     if method[1] == "d-sgd":
         # a dense fp32 message of 32·454,922 bits over a 20 Mbit/s ring (h = 1 for n = 2)
         # takes 0.73 s, plus l·b = 2 · 0.1 s: an iteration cannot be faster than that
         per_iteration = (rows[-1]["sim_time_s"] - rows[0]["sim_time_s"]) / 5
         assert per_iteration > 0.8
     assert _namespaces() == before, "namespaces left behind"
+
+
+def _largest_release_lag_s(out: Path) -> float:
+    """The largest release lag any NFQUEUE delayer of the run measured (nfqueue_delay.json),
+    in seconds; 0 where the latency came from netem (no delayer)."""
+    from decobench.emulated.launcher import DELAY_REPORT
+
+    path = out / DELAY_REPORT
+    if not path.is_file():
+        return 0.0
+    delayers = json.loads(path.read_text())["delayers"].values()
+    return max((d["lag_max_ms"] for d in delayers), default=0.0) / 1e3
 
 
 def _rank_pid(out: Path, rank: int, deadline: float) -> int:
@@ -135,7 +158,7 @@ def test_killed_worker_fails_the_run_naming_the_lost_rank(tmp_path, fmnist_root)
     out = tmp_path / "run"
     launcher = subprocess.Popen(
         [sys.executable, "-m", "decobench.cli", *_args(fmnist_root, out, ["--method", "d-sgd"],
-                                                         iters=500)],
+                                                         iters=500, lanes=[])],   # default
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 180
     victim = _rank_pid(out, 1, deadline)

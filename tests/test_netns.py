@@ -4,6 +4,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from fake_tc import TcEcho
@@ -151,13 +152,40 @@ def test_command_sequence_with_fake_runner():
             "sh -c echo cubic > /proc/sys/net/ipv4/tcp_congestion_control",
             "ip route change 10.77.0.0/24 proto kernel scope link src 10.77.0.1 dev eth0 "
             "initcwnd 10 initrwnd 10")]
-    assert len(runner.tuning) == 2 * 8          # and three reads per worker
+    # and three reads per worker, after one of the host's allowed list (cubic is on it)
+    assert len(runner.tuning) == 1 + 2 * 8
+    assert runner.tuning[0] == ["cat", "/proc/sys/net/ipv4/tcp_allowed_congestion_control"]
+    assert net.host_changes == []
     # the log: every command with a timestamp, and the tc ones on their own
     assert len(net.commands) == len(runner.calls) + len(writes)
     assert net.commands[0].split(None, 1)[1] == "ip netns add dcb00001-br"
     assert len(net.tc_commands) == 2 * 7 + 10
     assert all(c.startswith("ip netns exec dcb00001-w") for c in net.tc_commands)
     assert sum("tc qdisc add" in c for c in net.tc_commands) == 2 * 3
+
+
+def test_a_host_that_does_not_allow_cubic_gets_it_for_the_set_up_and_back_after():
+    """Issue 38: a host whose allowed list is 'reno bbr' refuses cubic in a namespace; the
+    network adds it while it sets up, says so, logs it with its commands and restores it."""
+    runner, notes = FakeRunner(), []
+    runner.tc.allowed = "reno bbr"
+    plan = NetworkPlan(workers=2, prefix="dcb00004", subnet_octet=4)
+    with NamespaceNetwork(plan, S, "comm-layer", runner=runner, notify=notes.append) as net:
+        assert runner.tc.allowed == "reno bbr"            # restored before the block
+        for i in range(2):
+            assert runner.tc.sysctls[(plan.worker_namespace(i),
+                                      "net.ipv4.tcp_congestion_control")] == "cubic"
+    assert runner.tc.allowed_writes == ["reno bbr cubic", "reno bbr"]
+    assert [c.to_dict() for c in net.host_changes] == [
+        {"key": "net.ipv4.tcp_allowed_congestion_control", "before": "reno bbr",
+         "during": "reno bbr cubic"}]
+    assert len(notes) == 2 and "added cubic" in notes[0] and "restored" in notes[1]
+    logged = [line.split(None, 1)[1] for line in net.commands]
+    allowed = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+    assert logged[0] == f"sh -c 'echo reno bbr cubic > {allowed}'"
+    assert logged[1].startswith("'# host setting' net.ipv4.tcp_allowed_congestion_control")
+    assert logged.index(f"sh -c 'echo reno bbr > {allowed}'") > max(
+        k for k, line in enumerate(logged) if "tcp_congestion_control" in line)
 
 
 def test_failure_during_setup_tears_down_and_names_the_command():
@@ -344,6 +372,27 @@ def test_real_network_up_and_down(root):
         ).stdout
         assert "rate 10455Kbit" in classes  # 10 Mbit/s x 1514/1448
     assert not set(plan.namespaces) & _namespaces()
+
+
+def test_real_network_on_a_host_that_does_not_allow_cubic(host_without_cubic):
+    """Every worker namespace runs cubic, also on sockets opened after the host's list was
+    restored (the run's probe and ranks open theirs then), and the list is as it was."""
+    allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+    without = allowed.read_text().strip()
+    notes = []
+    plan = NetworkPlan.new(workers=1)
+    with NamespaceNetwork(plan, S, "comm-layer", notify=notes.append) as net:
+        assert allowed.read_text().strip() == without
+        script = ("import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
+                  "c = socket.create_connection(s.getsockname()); "
+                  "print(c.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)"
+                  ".rstrip(bytes(1)).decode())")
+        out = subprocess.run(net.exec_prefix(0) + [sys.executable, "-c", script],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "cubic"
+    assert [c.before for c in net.host_changes] == [without] and len(notes) == 2
+    assert allowed.read_text().strip() == without
 
 
 def test_real_network_torn_down_after_exception(root):

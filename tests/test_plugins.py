@@ -4,6 +4,7 @@ docs/examples/randk-plugin). Broken or clashing plugins fail with one line namin
 
 from __future__ import annotations
 
+import importlib
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from e2e_shared import cells_in_this_process
 
 from decobench.errors import DecobenchError
 from decobench.methods import METHODS, get_method_spec, method_specs
@@ -37,6 +39,7 @@ def randk_installed(tmp_path_factory):
     done = _pip("install", "--no-deps", "--no-build-isolation", "--no-index", str(source))
     if done.returncode != 0:
         pytest.fail(f"could not install the example plugin:\n{done.stderr[-2000:]}")
+    importlib.invalidate_caches()            # this process imports it too (in-process CLI)
     try:
         yield
     finally:
@@ -53,7 +56,12 @@ def test_shipped_methods_and_tasks_come_from_entry_points():
     assert set(method_specs()) == set(METHODS.names())
 
 
-def test_plugin_method_runs_through_run_and_sweep(randk_installed, tmp_path, fmnist_root):
+def test_plugin_method_runs_through_run_and_sweep(randk_installed, tmp_path, fmnist_root,
+                                                  capsys):
+    """`decobench run` in a fresh process (the installed command finds the plugin through its
+    entry point); its --help and a sweep through the CLI in this process."""
+    from decobench.cli import main
+
     common = ["--no-progress", "--no-wandb"]
     out = tmp_path / "run"
     done = subprocess.run(
@@ -70,8 +78,8 @@ def test_plugin_method_runs_through_run_and_sweep(randk_installed, tmp_path, fmn
     k = -(-5 * d // 100)                          # ⌈0.05 d⌉
     assert {r["bits"] for r in rows} == {32 * k} and {r["tau"] for r in rows} == {1}
 
-    help_text = subprocess.run([str(DECOBENCH), "run", "--method", "randk-sgd", "--help"],
-                               capture_output=True, text=True, timeout=120).stdout
+    assert main(["run", "--method", "randk-sgd", "--help"]) == 0
+    help_text = capsys.readouterr().out
     assert "options of randk-sgd" in help_text and "fraction of coordinates sent" in help_text
 
     suite = tmp_path / "plugin-suite.yaml"
@@ -84,11 +92,9 @@ def test_plugin_method_runs_through_run_and_sweep(randk_installed, tmp_path, fmn
                                                {"delta": 0.05}}],
                          "workers": [2], "seeds": [0], "max_iters": 6}]}))
     results = tmp_path / "results"
-    done = subprocess.run(
-        [str(DECOBENCH), "sweep", str(suite), "--out", str(results), "--jobs", "1",
-         "--data-root", f"cnn-fmnist={fmnist_root}", *common],
-        capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
+    with cells_in_this_process():
+        assert main(["sweep", str(suite), "--out", str(results), "--jobs", "1",
+                     "--data-root", f"cnn-fmnist={fmnist_root}", *common]) == 0
     methods = sorted(read_summary(run)["method"] for run in (results / "runs").iterdir())
     assert methods == ["d-sgd", "randk-sgd"]
 

@@ -83,7 +83,7 @@ def test_dry_run_lists_and_runs_nothing(tmp_path, fmnist_root, capsys):
 
 
 def _kill_when(process: subprocess.Popen, ready) -> None:
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 300    # a hang guard only: the loop ends when ready()
     while not ready():
         assert process.poll() is None, "the sweep ended before it could be killed"
         assert time.monotonic() < deadline
@@ -167,9 +167,14 @@ def test_jobs_must_be_positive(tmp_path, fmnist_root, capsys):
     assert "--jobs must be >= 1, got 0" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+@pytest.mark.parametrize("signum", [
+    signal.SIGINT,
+    # slow: while cells run, SIGTERM and Ctrl-C only set the same stop event, which
+    # test_ctrl_c_and_sigterm_set_the_same_stop_event checks in make test
+    pytest.param(signal.SIGTERM, marks=pytest.mark.slow),
+], ids=["sigint", "sigterm"])
 def test_interrupt_stops_the_sweep_and_leaves_it_resumable(tmp_path, fmnist_root, signum):
-    """Ctrl-C (or SIGTERM) while two runs train and two wait: exit 130 within 5 s with one
+    """Ctrl-C (or SIGTERM) while two runs train and two wait: exit 130 promptly with one
     line saying how to resume, no run starts or goes on afterwards, nothing half-written."""
     suite_path = _suite(tmp_path, fmnist_root, max_iters=5000, target=0.99)
     out = tmp_path / "out"
@@ -178,15 +183,18 @@ def test_interrupt_stops_the_sweep_and_leaves_it_resumable(tmp_path, fmnist_root
     command[command.index("--jobs") + 1] = "2"
     sweep_process = subprocess.Popen([sys.executable, "-m", "decobench.cli", *command],
                                      cwd=REPO, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 300    # a hang guard only: the loop ends when a run trains
     while not any((s / "metrics.jsonl.partial").exists() for s in runs.glob(".staging-*")):
         assert sweep_process.poll() is None, sweep_process.stderr.read()
         assert time.monotonic() < deadline
         time.sleep(0.05)
     sent = time.monotonic()
     os.kill(sweep_process.pid, signum)
-    _, err = sweep_process.communicate(timeout=30)
-    assert time.monotonic() - sent < 5
+    _, err = sweep_process.communicate(timeout=120)
+    # promptly: about 1 s idle. The bound only has to tell "stopped the runs" from "waited
+    # for one": a run of 5,000 iterations takes minutes, so 60 s separates them with room for
+    # a machine slowed several times by load (issue 38: no bound that load can cross)
+    assert time.monotonic() - sent < 60
     assert sweep_process.returncode == 130, err
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
@@ -195,6 +203,28 @@ def test_interrupt_stops_the_sweep_and_leaves_it_resumable(tmp_path, fmnist_root
     entries = sorted(p.name for p in runs.iterdir())
     time.sleep(2)
     assert sorted(p.name for p in runs.iterdir()) == entries == [], "a run went on or started"
+
+
+def test_ctrl_c_and_sigterm_set_the_same_stop_event():
+    """While the cells run, Ctrl-C and SIGTERM only set the sweep's stop event (which the
+    test above sees end the sweep, for Ctrl-C); the handlers from before come back after."""
+    from decobench.sweep import _deferred_interrupts
+
+    def outside(signum, frame):
+        raise AssertionError(f"signal {signum} reached the handler from before the sweep")
+
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.signal(signum, outside) for signum in signals}
+    try:
+        for signum in signals:
+            with _deferred_interrupts() as stop:
+                assert not stop.is_set()
+                signal.raise_signal(signum)
+                assert stop.is_set(), signum
+            assert all(signal.getsignal(s) is outside for s in signals)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def test_staging_of_a_cell_that_left_the_suite_is_removed(tmp_path, fmnist_root):

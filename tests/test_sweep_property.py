@@ -8,7 +8,9 @@ traceback, never a hang (the budgets stay tiny)."""
 import json
 import math
 
+import pytest
 import yaml
+from e2e_shared import cells_in_this_process
 from edge_outcome import assert_one_line_error, assert_sane_summary
 from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
@@ -71,12 +73,39 @@ def _suite(tmp_path, kind: str, rows, changed: dict) -> dict:
     return suite
 
 
-@given(data=st.data(), kind=st.sampled_from(["constant", "ratios", "trace"]), rows=_rows,
-       changed=st.sets(st.sampled_from(sorted(FIELDS)), max_size=3))
-@settings(max_examples=20, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+_EXAMPLES = given(data=st.data(), kind=st.sampled_from(["constant", "ratios", "trace"]),
+                  rows=_rows, changed=st.sets(st.sampled_from(sorted(FIELDS)), max_size=3))
+
+
+def _examples(count: int) -> settings:
+    return settings(max_examples=count, deadline=None,
+                    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@_EXAMPLES
+@_examples(10)
 def test_sweep_property_one_line_or_finished_runs(tmp_path_factory, fmnist_root, capsys, data,
                                                   kind, rows, changed):
+    """10 examples in make test, their cells run in this process (e2e_shared: a sweep worker
+    process costs seconds of start-up, and one example in three or four trains);
+    test_sweep_property_on_more_examples draws 40 with real worker processes (make
+    test-slow)."""
+    with cells_in_this_process():
+        _one_line_or_finished_runs(tmp_path_factory, fmnist_root, capsys, data, kind, rows,
+                                   changed)
+
+
+@pytest.mark.slow  # the same property on 40 examples (make test-slow)
+@_EXAMPLES
+@_examples(40)
+def test_sweep_property_on_more_examples(tmp_path_factory, fmnist_root, capsys, data, kind,
+                                         rows, changed):
+    _one_line_or_finished_runs(tmp_path_factory, fmnist_root, capsys, data, kind, rows, changed)
+
+
+def _one_line_or_finished_runs(tmp_path_factory, fmnist_root, capsys, data, kind, rows,
+                               changed) -> None:
     tmp = tmp_path_factory.mktemp("sweep")
     if kind == "trace" and data.draw(st.booleans(), label="valid trace"):
         rows = [(0, 50, 20), (1, 10, 100)]

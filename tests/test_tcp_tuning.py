@@ -9,9 +9,11 @@ from decobench.errors import DecobenchError
 from decobench.netem.tcp import (
     BUFFER_FLOOR_BYTES,
     MAX_INITIAL_WINDOW,
+    allow_command,
     apply_tuning,
     buffer_bytes,
     check_tuning,
+    congestion_control_allowed,
     initial_window_packets,
     route_commands,
 )
@@ -61,7 +63,8 @@ def test_check_refuses_a_host_whose_tuning_did_not_take():
         check_tuning(good, linux, 346, "worker 0", buffer=4194304)
     # this project's hosts default to BBR, which stalls collectives by round trips
     with pytest.raises(DecobenchError, match=r"worker 0: net.ipv4.tcp_congestion_control is "
-                                             r"'bbr', not cubic.*tcp_available_congestion"):
+                                             r"'bbr', not cubic.*host allows it: sysctl -w "
+                                             r"net.ipv4.tcp_allowed_congestion_control="):
         check_tuning(good, "0\n" + BUFFERS.replace("cubic", "bbr"), 346, "worker 0")
     with pytest.raises(DecobenchError, match="could not read .*tcp_congestion_control"):
         check_tuning(good, "0\n" + BUFFERS.replace("cubic\n", ""), 346, "worker 0")
@@ -84,3 +87,98 @@ def test_a_read_only_sysctl_is_checked_not_trusted():
                          (None, "net.ipv4.tcp_congestion_control"): "cubic"})
     tuning = apply_tuning(read_only, echo.answer, "eth0", 346, None, "eth0")
     assert (tuning.initial_window, tuning.buffer_bytes) == (346, BUFFER_FLOOR_BYTES)
+
+
+# ------------------------------------------------------------ the host's allowed list
+def test_a_host_that_does_not_allow_cubic_allows_it_while_the_block_runs(tmp_path):
+    """Issue 38's host: allowed 'reno bbr'. The list gets cubic for the block, the change is
+    said twice (added, restored) and the old list is written back."""
+    echo, notes = TcEcho(allowed="reno bbr"), []
+    with congestion_control_allowed(echo.answer, echo.answer, notes.append,
+                                    lock_dir=str(tmp_path)) as change:
+        assert echo.allowed == "reno bbr cubic"
+        # a namespace may now choose cubic (the fake refuses it otherwise, as the kernel does)
+        apply_tuning(echo.answer, echo.answer, "eth0", 346, "ns0", "worker 0")
+    assert (change.key, change.before, change.during) == (
+        "net.ipv4.tcp_allowed_congestion_control", "reno bbr", "reno bbr cubic")
+    assert echo.allowed_writes == ["reno bbr cubic", "reno bbr"]
+    assert len(notes) == 2 and "was 'reno bbr'; added cubic" in notes[0]
+    assert "restored" in notes[1]
+    # without the block the namespace's write is refused and the read-back names the fix
+    with pytest.raises(DecobenchError, match="host allows it: sysctl -w"):
+        apply_tuning(echo.answer, echo.answer, "eth0", 346, "ns1", "worker 1")
+
+
+def test_a_host_that_allows_cubic_is_left_alone(tmp_path):
+    echo, notes = TcEcho(allowed="reno cubic"), []
+    with congestion_control_allowed(echo.answer, echo.answer, notes.append,
+                                    lock_dir=str(tmp_path)) as change:
+        pass
+    assert change is None and notes == [] and echo.allowed_writes == []
+
+
+def test_the_list_is_restored_after_an_error_in_the_block(tmp_path):
+    echo = TcEcho(allowed="reno bbr")
+    with pytest.raises(RuntimeError, match="boom"):
+        with congestion_control_allowed(echo.answer, echo.answer, lambda line: None,
+                                        lock_dir=str(tmp_path)):
+            raise RuntimeError("boom")
+    assert echo.allowed == "reno bbr" and echo.allowed_writes[-1] == "reno bbr"
+
+
+def test_a_list_that_cannot_be_written_stops_with_the_command_that_fixes_it(tmp_path):
+    """Inside a container (not the initial network namespace) the list is read-only."""
+    echo = TcEcho(allowed="reno bbr")
+
+    def in_a_container(argv):
+        if argv[:1] == ["sh"]:
+            raise PermissionError("cannot create /proc/sys/net/ipv4/"
+                                  "tcp_allowed_congestion_control: Permission denied")
+        return echo.answer(argv)
+
+    with pytest.raises(DecobenchError) as caught:
+        with congestion_control_allowed(in_a_container, echo.answer, lambda line: None,
+                                        lock_dir=str(tmp_path)):
+            pytest.fail("not reached")
+    message = str(caught.value)
+    assert "allows only 'reno bbr'" in message and "Permission denied" in message
+    assert message.endswith(allow_command("cubic"))
+    assert "\n" not in message
+    assert allow_command("cubic") == ('sysctl -w net.ipv4.tcp_allowed_congestion_control='
+                                      '"$(sysctl -n net.ipv4.tcp_allowed_congestion_control) '
+                                      'cubic"')
+
+
+def test_a_kernel_without_cubic_is_named(tmp_path):
+    echo = TcEcho(allowed="reno bbr")
+
+    def no_cubic(argv):
+        return "reno bbr\n" if argv[-1].endswith("available_congestion_control") else \
+            echo.answer(argv)
+
+    with pytest.raises(DecobenchError, match="this kernel has no cubic congestion control"):
+        with congestion_control_allowed(echo.answer, no_cubic, lambda line: None,
+                                        lock_dir=str(tmp_path)):
+            pytest.fail("not reached")
+    assert echo.allowed_writes == []
+
+
+def test_the_command_line_runs_a_command_with_cubic_allowed_and_restores(host_without_cubic):
+    """``python -m decobench.netem.tcp -- CMD`` (docs/docker.md: around `docker compose up`),
+    live on a host list without cubic."""
+    import subprocess
+    import sys
+
+    allowed = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+    without = open(allowed).read().strip()
+    proc = subprocess.run([sys.executable, "-m", "decobench.netem.tcp", "--", "cat", allowed],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [*without.split(), "cubic"]
+    assert "added cubic" in proc.stderr and "restored" in proc.stderr
+    assert open(allowed).read().strip() == without
+    # the command's own status comes back; no command is a usage error
+    assert subprocess.run([sys.executable, "-m", "decobench.netem.tcp", "--", "false"],
+                          capture_output=True, timeout=120).returncode == 1
+    assert subprocess.run([sys.executable, "-m", "decobench.netem.tcp"],
+                          capture_output=True, timeout=120).returncode == 2

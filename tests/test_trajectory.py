@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from e2e_shared import cells_in_this_process
 
 from decobench.config import RunConfig
 from decobench.errors import DecobenchError
@@ -61,15 +62,28 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
+# cases whose path a make-test test covers run in make test-slow, with that test named
+COVERED_ELSEWHERE = {
+    "d-sgd": "test_a_sweep_trains_each_trajectory_once re-times D-SGD (static) on two networks",
+    "dga": "test_a_sweep_trains_each_trajectory_once re-times DGA, D = 1 decided on both "
+           "links from their own measurements",
+}
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(case, marks=pytest.mark.slow if case in COVERED_ELSEWHERE else ())
+    for case in CASES])
 def test_a_retimed_run_equals_a_fresh_run(tmp_path, fmnist_root, case):
     method, options, first, second = CASES[case]
-    extra = {"method_options": options}
+    # 20 iterations (DeCo-SGD re-plans 3 times), evaluated at the end; the target cases
+    # evaluate every 10 and stop at their target
+    extra = {"method_options": options, "max_iters": 20, "eval_every": 20}
     if case == "dd-ef-sgd-target":
-        extra.update(target=0.55, milestones=[0.4], fine_eval_every=2, max_iters=200)
+        extra.update(target=0.45, milestones=[0.3], fine_eval_every=5, eval_every=10,
+                     max_iters=200)
     if case == "dd-ef-sgd-share":
-        extra.update(target=0.55, milestones=[0.4], fine_eval_every=4, ttt_resolution=0.05,
-                     fine_eval_margin=0.2, max_iters=200)
+        extra.update(target=0.4, milestones=[0.3], fine_eval_every=4, ttt_resolution=0.05,
+                     fine_eval_margin=0.2, eval_every=10, max_iters=200)
     trained = prepare(_config(fmnist_root, tmp_path / "trained", method, first, **extra))
     retimed = prepare(_config(fmnist_root, tmp_path / "retimed", method, second, **extra))
     fresh = prepare(_config(fmnist_root, tmp_path / "fresh", method, second, **extra))
@@ -104,8 +118,9 @@ def test_the_static_strategy_is_retimed_from_deco_where_deco_keeps_its_first_pla
     """DeCo-SGD and the paper's static strategy share a learner (MethodSpec.learner): on a
     constant link where DeCo's re-plans keep its first plan, the static strategy re-timed from
     DeCo's trajectory writes what a fresh static run writes (its own log: no re-plan rows)."""
-    link, extra = {"trace": "constant-20mbps-100ms"}, {"method_options": {"deco_interval": 5}}
-    deco = prepare(_config(fmnist_root, tmp_path / "deco", "deco-sgd", link, **extra))
+    link = {"trace": "constant-20mbps-100ms", "max_iters": 20, "eval_every": 20}
+    deco = prepare(_config(fmnist_root, tmp_path / "deco", "deco-sgd", link,
+                           method_options={"deco_interval": 5}))
     static = {name: prepare(_config(fmnist_root, tmp_path / name, "cocktail-sgd-topk", link))
               for name in ("retimed", "fresh")}
     key, why = reuse_key(deco)
@@ -223,18 +238,23 @@ def reused_grid(tmp_path_factory, fmnist_root) -> tuple[Path, Path, str]:
     folder = tmp_path_factory.mktemp("grid")
     suite = _grid_suite(folder)
     err = io.StringIO()
-    with contextlib.redirect_stderr(err):
+    with cells_in_this_process(), contextlib.redirect_stderr(err):
         assert main(_sweep_command(suite, folder / "reused", fmnist_root)) == 0
     return suite, folder / "reused", err.getvalue()
 
 
 def test_a_sweep_trains_each_trajectory_once(tmp_path, fmnist_root, reused_grid):
+    """The three re-timed runs equal the same cells trained by a sweep with --no-reuse (which
+    resumes a copy of the reused sweep without them: the six trained cells are the same runs
+    either way)."""
+    import contextlib
+    import io
+    import shutil
+
     from decobench.cli import main
 
     suite, reused, err = reused_grid
     assert "9 to run (6 trained, 3 re-timed from their trajectories)" in err
-    assert main([*_sweep_command(suite, tmp_path / "trained", fmnist_root), "--no-reuse"]) == 0
-    assert _sweep_results(reused) == _sweep_results(tmp_path / "trained")
     retimed = {run.name.split("__")[1] + "/" + run.name.split("__")[2]:
                json.loads((run / "summary.json").read_text())["retimed_from"]
                for run in (reused / "runs").iterdir()}
@@ -242,7 +262,19 @@ def test_a_sweep_trains_each_trajectory_once(tmp_path, fmnist_root, reused_grid)
     assert retimed["fast/d-sgd"].startswith("../cnn-fmnist__slow__d-sgd__")
     assert retimed["fast/dga"].startswith("../cnn-fmnist__slow__dga__")
     assert retimed["far/dga"] is None and retimed["fast/deco-sgd"] is None
-    assert not list((tmp_path / "trained" / "runs").glob(f"*/{TRAJECTORY}"))
+
+    trained = tmp_path / "trained"
+    shutil.copytree(reused, trained)
+    fresh = [run for run in (trained / "runs").iterdir()
+             if json.loads((run / "summary.json").read_text())["retimed_from"] is not None]
+    for run in fresh:
+        shutil.rmtree(run)
+    err = io.StringIO()
+    with cells_in_this_process(), contextlib.redirect_stderr(err):
+        assert main([*_sweep_command(suite, trained, fmnist_root), "--no-reuse"]) == 0
+    assert "9 runs, 6 already finished, 3 to run " in err.getvalue()
+    assert _sweep_results(reused) == _sweep_results(trained)
+    assert not any((run / TRAJECTORY).exists() for run in fresh)    # --no-reuse records none
 
 
 @pytest.mark.slow  # about 25 s (make test-slow); a killed sweep resumes in make test too

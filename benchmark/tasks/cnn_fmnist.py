@@ -97,17 +97,15 @@ class CnnFashionMnist(ClassificationTask):
 
     def load_data(self, data_root: Path | None, download: bool, profile: TaskProfile,
                   variant: str | None = None) -> TaskData:
-        from torchvision.datasets import FashionMNIST
-
         root = Path(data_root) if data_root is not None else default_data_root()
-        train = FashionMNIST(str(root), train=True, download=download)
-        test = FashionMNIST(str(root), train=False, download=download)
+        (train_x, train_y), (test_x, test_y) = (_read_split(root, train, download)
+                                                for train in (True, False))
 
         def normalise(images: Tensor) -> Tensor:
             return ((images.float() / 255.0 - FMNIST_MEAN) / FMNIST_STD).unsqueeze(1)
 
-        return TensorData(train_inputs=normalise(train.data), train_targets=train.targets.long(),
-                          test_inputs=normalise(test.data), test_targets=test.targets.long(),
+        return TensorData(train_inputs=normalise(train_x), train_targets=train_y.long(),
+                          test_inputs=normalise(test_x), test_targets=test_y.long(),
                           source=str(root))
 
     def build_model(self, profile: TaskProfile) -> nn.Module:
@@ -117,6 +115,25 @@ class CnnFashionMnist(ClassificationTask):
     def evaluate(self, forward: Callable[[Tensor], Tensor], data: TaskData) -> float:
         assert isinstance(data, TensorData)
         return classification_accuracy(forward, data.test_inputs, data.test_targets)
+
+
+def _read_split(root: Path, train: bool, download: bool) -> tuple[Tensor, Tensor]:
+    """A split's images [N, 28, 28] (uint8) and labels [N]: read from its IDX files under
+    ``root/FashionMNIST/raw`` where they are there (the same tensors torchvision's
+    ``FashionMNIST`` gives, without importing torchvision: about 1.4-2 s of every process's
+    start, :mod:`decobench.tasks.idx`), else through torchvision, which downloads them."""
+    from decobench.tasks.idx import read_idx
+
+    stem = "train" if train else "t10k"
+    raw = root / "FashionMNIST" / "raw"
+    images, labels = raw / f"{stem}-images-idx3-ubyte", raw / f"{stem}-labels-idx1-ubyte"
+    if images.is_file() and labels.is_file():
+        return (torch.from_numpy(read_idx(images).copy()),
+                torch.from_numpy(read_idx(labels).astype("int64")))
+    from torchvision.datasets import FashionMNIST
+
+    split = FashionMNIST(str(root), train=train, download=download)
+    return split.data, split.targets
 
 
 def default_data_root() -> Path:

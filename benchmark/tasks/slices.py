@@ -28,6 +28,7 @@ import numpy as np
 
 from decobench.atomicio import write_bytes_atomic
 from decobench.errors import DecobenchError
+from decobench.tasks.idx import read_idx
 
 FMNIST_SLICE = 4443
 """Images of the official test split in the slice."""
@@ -60,16 +61,6 @@ def idx_bytes(array: np.ndarray) -> bytes:
     header = struct.pack(">HBB", 0, 0x08, array.ndim)
     header += struct.pack(f">{array.ndim}I", *array.shape)
     return header + array.tobytes()
-
-
-def read_idx(path: Path) -> np.ndarray:
-    """An unsigned-byte IDX file as an array (the inverse of :func:`idx_bytes`)."""
-    data = path.read_bytes()
-    zero, kind, ndim = struct.unpack(">HBB", data[:4])
-    if zero != 0 or kind != 0x08:
-        raise DecobenchError(f"{path}: not an unsigned-byte IDX file")
-    shape = struct.unpack(f">{ndim}I", data[4:4 + 4 * ndim])
-    return np.frombuffer(data[4 + 4 * ndim:], dtype=np.uint8).reshape(shape)
 
 
 def fmnist_slice(images: np.ndarray, labels: np.ndarray) -> dict[str, bytes]:
