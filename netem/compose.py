@@ -53,6 +53,8 @@ from typing import Any, Literal
 
 import yaml
 
+from decobench.netem.tcp import HOST_CHANGES_ENV
+
 DEFAULT_WORKERS = 4
 DEFAULT_TRACE = "constant-20mbps-100ms"
 DEFAULT_PREFIX = "decobench"
@@ -239,6 +241,9 @@ def render_compose(
                                        trace_loop=loop, sidecar=not docker_tc),
             "environment": {
                 "DECOBENCH_THREADS": _env("DECOBENCH_THREADS", 0),
+                # host settings changed for this stack (python -m decobench.netem.tcp sets
+                # it); rank 0 records them in network_probe.json
+                HOST_CHANGES_ENV: _env(HOST_CHANGES_ENV, ""),
                 "GLOO_SOCKET_IFNAME": "eth0",
                 "NCCL_SOCKET_IFNAME": "eth0",
                 "NCCL_IB_DISABLE": "1",
@@ -432,6 +437,8 @@ def _header(workers: int, *, image: str, trace: str, trace_in_container: str, lo
 #   DATA              volume name or host path for the download cache /root/.cache (data)
 #   DECOBENCH_PREFIX  container, network and volume name prefix ({prefix})
 #   DECOBENCH_THREADS torch threads per worker (0: the backend's default, all cores)
+#   DECOBENCH_HOST_CHANGES  host settings changed for this stack, recorded by the workers
+#                     (set by python -m decobench.netem.tcp -- docker compose ... up -d)
 {docker_tc_vars}#
 # Container names are fixed ($DECOBENCH_PREFIX-worker-i): {by_name} address
 # containers by name, and Compose's generated names differ between v1 and v2.

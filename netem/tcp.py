@@ -35,7 +35,9 @@ printed and logged with the run's commands; where the list cannot be written (no
 initial network namespace, e.g. inside a container) the run stops with the command that
 fixes it. The Docker stack's workers set the algorithm through their ``sysctls``, so the
 host must allow it before ``docker compose up``: ``python -m decobench.netem.tcp -- docker
-compose ... up -d`` does that around the command (:func:`main`).
+compose ... up -d`` does that around the command (:func:`main`) and passes the change on
+in :data:`HOST_CHANGES_ENV`, which the compose file hands to the workers; rank 0 records it
+in ``network_probe.json``.
 
 All are read back after they are set (:func:`check_tuning`); a mismatch stops the run
 naming the host. Where a container's ``/proc/sys`` is read-only, the sysctls come from the
@@ -49,12 +51,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import json
 import math
+import os
 import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -283,6 +287,34 @@ class HostChange:
         return {"key": self.key, "before": self.before, "during": self.during}
 
 
+HOST_CHANGES_ENV = "DECOBENCH_HOST_CHANGES"
+"""Environment variable through which ``python -m decobench.netem.tcp -- COMMAND`` tells the
+runs COMMAND starts (the Docker workers: docker/compose.yaml passes it on) which host settings
+it changed, so that they record them in the run directory (``network_probe.json``)."""
+
+
+def host_changes_to_env(changes: Sequence[HostChange]) -> str:
+    """The value of :data:`HOST_CHANGES_ENV` for ``changes``: a JSON list of their dicts."""
+    return json.dumps([change.to_dict() for change in changes])
+
+
+def host_changes_from_env(environ: Mapping[str, str]) -> list[HostChange]:
+    """The host changes :data:`HOST_CHANGES_ENV` names in ``environ`` (none when unset or
+    empty); one error line naming the variable when it is not what
+    :func:`host_changes_to_env` writes."""
+    text = environ.get(HOST_CHANGES_ENV, "").strip()
+    if not text:
+        return []
+    try:
+        items = json.loads(text)
+        return [HostChange(str(item["key"]), str(item["before"]), str(item["during"]))
+                for item in items]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise DecobenchError(
+            f"{HOST_CHANGES_ENV}={text!r} is not a JSON list of {{key, before, during}} "
+            f"objects ({exc}); it is set by python -m decobench.netem.tcp: unset it") from None
+
+
 def allow_command(algorithm: str) -> str:
     """The shell line that adds ``algorithm`` to the host's allowed list (run as root on
     the host, outside any container)."""
@@ -367,7 +399,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "the host allows the emulated hosts' TCP congestion control "
                     f"({CONGESTION_CONTROL_ALGORITHM}) in network namespaces and containers, "
                     f"then put {ALLOWED_CONGESTION_CONTROL} back. A container keeps the "
-                    "algorithm its sysctls set at its start. Needs root on the host.",
+                    "algorithm its sysctls set at its start. The change is printed and handed "
+                    f"to COMMAND in {HOST_CHANGES_ENV} (JSON), which docker/compose.yaml "
+                    "passes to the workers: rank 0 records it in network_probe.json. Needs "
+                    "root on the host.",
         epilog="example: python -m decobench.netem.tcp -- docker compose -f "
                "docker/compose.yaml up -d")
     parser.add_argument("command", nargs=argparse.REMAINDER,
@@ -377,15 +412,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not command:
         parser.error("give the command to run after --")
     try:
-        with congestion_control_allowed(_host_run, _host_run, _stderr):
-            return subprocess.run(command, check=False).returncode
+        with congestion_control_allowed(_host_run, _host_run, _stderr) as change:
+            env = dict(os.environ)
+            if change is not None:   # the runs COMMAND starts record it (docker/compose.yaml)
+                env[HOST_CHANGES_ENV] = host_changes_to_env([change])
+            return subprocess.run(command, check=False, env=env).returncode
     except DecobenchError as exc:
         print(f"decobench.netem.tcp: error: {exc}", file=sys.stderr)
         return 2
 
 
 __all__: Sequence[str] = ["ALLOWED_CONGESTION_CONTROL", "AVAILABLE_CONGESTION_CONTROL",
-                          "HostChange", "allow_command", "congestion_control_allowed", "BUFFER_CAP_BYTES", "BUFFER_FLOOR_BYTES", "BUFFER_SYSCTLS",
+                          "HOST_CHANGES_ENV", "HostChange", "host_changes_from_env",
+                          "host_changes_to_env", "allow_command", "congestion_control_allowed", "BUFFER_CAP_BYTES", "BUFFER_FLOOR_BYTES", "BUFFER_SYSCTLS",
                           "CONGESTION_CONTROL", "CONGESTION_CONTROL_ALGORITHM",
                           "DEFAULT_INITIAL_WINDOW", "MAX_INITIAL_WINDOW", "buffer_bytes",
                           "buffer_value",

@@ -23,7 +23,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -107,9 +107,12 @@ class PrivateEngine:
                                       timeout=timeout, input=stdin), check)
 
     def compose(self, compose_dir: Path, *args: str, env: dict[str, str] | None = None,
-                check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+                check: bool = True, timeout: float = 300,
+                wrapper: Sequence[str] = ()) -> subprocess.CompletedProcess:
+        """``docker-compose ARGS`` on this engine, behind ``wrapper`` (a command prefix such
+        as ``python -m decobench.netem.tcp --``) when given."""
         files = ["-f", "compose.yaml", "-f", "override.yaml"]
-        return checked(subprocess.run(["docker-compose", *files, *args], cwd=compose_dir,
+        return checked(subprocess.run([*wrapper, "docker-compose", *files, *args], cwd=compose_dir,
                                       env={**self.env, **(env or {})}, capture_output=True,
                                       text=True, timeout=timeout), check)
 

@@ -25,6 +25,7 @@ SHIPPED = DOCKER / "compose.yaml"
 FMNIST_MINI = ROOT.parent / "shared" / "data" / "fashion-mnist-mini"
 COMPOSE_VARIABLES = ("DECOBENCH_IMAGE", "TRACE", "RUN_CONFIG", "CONFIG_DIR", "RUN_NAME",
                      "RESULTS", "DATA", "DECOBENCH_PREFIX", "DECOBENCH_THREADS",
+                     "DECOBENCH_HOST_CHANGES",
                      "DOCKER_TC_IMAGE", "DOCKER_TC_PORT", "DOCKER_TC_BURST",
                      "DOCKER_TC_TBF_LATENCY", "DOCKER_TC_API_VERSION", "TC_RATE", "TC_DELAY",
                      "COMPOSE_PROJECT_NAME", "COMPOSE_FILE")

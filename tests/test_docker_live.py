@@ -7,10 +7,10 @@ brings it up, waits for the workers, copies the
 run directory out of the results volume as docs/docker.md says, tears everything down and
 stops the engine. The tests then check what it saw. Skipped with the reason where no engine
 can run (not root, tools missing). Phase times and disk are printed (``pytest -s``) and kept
-in the README. One host setting is the fixture's own doing: cubic is added to the host's
-``net.ipv4.tcp_allowed_congestion_control`` for ``up`` and the list put back
-(``decobench.netem.tcp.congestion_control_allowed``, what ``python -m decobench.netem.tcp``
-does for users). A failed docker or compose command fails with its own stderr.
+in the README. One host setting is the fixture's own doing: ``up`` runs behind
+``python -m decobench.netem.tcp --`` (docs/docker.md section 2), which adds cubic to the host's
+``net.ipv4.tcp_allowed_congestion_control`` for the command where it is missing, puts the
+list back, and hands the change to the workers (checked: recorded in network_probe.json). A failed docker or compose command fails with its own stderr.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -35,7 +36,7 @@ from dockerlive import (
 )
 
 from decobench.netem.compose import render_compose
-from decobench.netem.tcp import congestion_control_allowed
+from decobench.netem.tcp import ALLOWED_CONGESTION_CONTROL, proc_path
 
 WORKERS = 2
 TRACE = "constant-20mbps-100ms"
@@ -84,11 +85,14 @@ def stack(request, tmp_path_factory, fmnist_root):
         (compose_dir / "override.yaml").write_text(yaml.safe_dump(override))
         env = {"DECOBENCH_THREADS": "1"}
         # the workers' sysctls set cubic, which a container may choose only if the host
-        # allows it (issue 38: hosts that allow 'reno bbr' refuse it): the project's own
-        # wrapper adds it for `up` and restores the host's list, as docs/docker.md tells users
-        with congestion_control_allowed(host_command, host_command, print) as change:
-            engine.compose(compose_dir, "up", "-d", env=env)
-        seen["host_change"] = change
+        # allows it (issue 38: hosts that allow 'reno bbr' refuse it): `up` runs behind the
+        # project's wrapper, as docs/docker.md tells users; it adds cubic for the command,
+        # restores the host's list and hands the change to the workers, who record it
+        seen["allowed_before"] = host_command(["cat", proc_path(ALLOWED_CONGESTION_CONTROL)])
+        up = engine.compose(compose_dir, "up", "-d", env=env,
+                            wrapper=[sys.executable, "-m", "decobench.netem.tcp", "--"])
+        seen["up_stderr"] = up.stderr
+        seen["allowed_after"] = host_command(["cat", proc_path(ALLOWED_CONGESTION_CONTROL)])
         waited = engine.docker("wait", *(f"{tag}-worker-{i}" for i in range(WORKERS)),
                                timeout=300)
         seen["worker_exit_codes"] = [int(x) for x in waited.stdout.split()]
@@ -174,6 +178,19 @@ def test_the_ranks_probed_every_link_within_10_percent_before_training(stack):
         f"{link['src']}->{link['dst']} {link['measured_mbps']:.2f} Mbit/s "
         f"({link['rel_error']:+.1%}), one-way {link['kernel_latency_ms']:.1f} ms"
         for link in probe["links"]))
+
+
+def test_a_host_setting_changed_for_up_is_said_restored_and_recorded(stack):
+    before = stack["allowed_before"].split()
+    assert stack["allowed_after"].split() == before      # put back
+    probe = json.loads((_run_dir(stack) / "network_probe.json").read_text())
+    if "cubic" in before:                                # nothing to change on this host
+        assert probe["host_changes"] == [] and "added cubic" not in stack["up_stderr"]
+    else:
+        assert f"was {' '.join(before)!r}; added cubic" in stack["up_stderr"]
+        assert probe["host_changes"] == [{"key": ALLOWED_CONGESTION_CONTROL,
+                                          "before": " ".join(before),
+                                          "during": " ".join([*before, "cubic"])}]
 
 
 def test_the_data_service_checked_the_mounted_data(stack):

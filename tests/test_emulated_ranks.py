@@ -119,6 +119,20 @@ def test_world_size_must_match_workers(tmp_path, fmnist_root, monkeypatch, capsy
     assert not (tmp_path / "emu" / "summary.json").exists()
 
 
+def test_a_malformed_host_changes_variable_stops_the_rank_before_training(
+        tmp_path, fmnist_root, monkeypatch, capsys):
+    """DECOBENCH_HOST_CHANGES (set by python -m decobench.netem.tcp, recorded by rank 0)."""
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+           "DECOBENCH_HOST_CHANGES": "cubic"}
+    code, err = _rank_main(monkeypatch, capsys, [*COMMON, "--method", "d-sgd", "--data-root",
+                                                 str(fmnist_root), "--workers", "1", "--out",
+                                                 str(tmp_path / "emu")], env)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "DECOBENCH_HOST_CHANGES='cubic' is not a JSON list" in err
+    assert not (tmp_path / "emu").exists()
+
+
 ADAPTIVE = {"deco-sgd", "cocktail-sgd-topk", "dga", "cocktail-sgd"}
 """Methods whose (δ, τ) come from the network they measure: the loopback run replays the
 simulated run's decisions (--replay-schedule), as a measured network never equals the

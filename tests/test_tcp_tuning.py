@@ -8,12 +8,16 @@ from fake_tc import TcEcho
 from decobench.errors import DecobenchError
 from decobench.netem.tcp import (
     BUFFER_FLOOR_BYTES,
+    HOST_CHANGES_ENV,
     MAX_INITIAL_WINDOW,
+    HostChange,
     allow_command,
     apply_tuning,
     buffer_bytes,
     check_tuning,
     congestion_control_allowed,
+    host_changes_from_env,
+    host_changes_to_env,
     initial_window_packets,
     route_commands,
 )
@@ -163,6 +167,18 @@ def test_a_kernel_without_cubic_is_named(tmp_path):
     assert echo.allowed_writes == []
 
 
+def test_host_changes_travel_through_the_environment_and_bad_values_are_named():
+    change = HostChange("net.ipv4.tcp_allowed_congestion_control", "reno bbr", "reno bbr cubic")
+    value = host_changes_to_env([change])
+    assert value == ('[{"key": "net.ipv4.tcp_allowed_congestion_control", "before": '
+                     '"reno bbr", "during": "reno bbr cubic"}]')
+    assert host_changes_from_env({HOST_CHANGES_ENV: value}) == [change]
+    assert host_changes_from_env({}) == [] == host_changes_from_env({HOST_CHANGES_ENV: " "})
+    for bad in ("cubic", '[{"key": "x"}]', "[1]"):
+        with pytest.raises(DecobenchError, match=f"{HOST_CHANGES_ENV}=.*unset it"):
+            host_changes_from_env({HOST_CHANGES_ENV: bad})
+
+
 def test_the_command_line_runs_a_command_with_cubic_allowed_and_restores(host_without_cubic):
     """``python -m decobench.netem.tcp -- CMD`` (docs/docker.md: around `docker compose up`),
     live on a host list without cubic."""
@@ -171,10 +187,15 @@ def test_the_command_line_runs_a_command_with_cubic_allowed_and_restores(host_wi
 
     allowed = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
     without = open(allowed).read().strip()
-    proc = subprocess.run([sys.executable, "-m", "decobench.netem.tcp", "--", "cat", allowed],
+    proc = subprocess.run([sys.executable, "-m", "decobench.netem.tcp", "--", "sh", "-c",
+                           f'cat {allowed}; echo "$DECOBENCH_HOST_CHANGES"'],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == [*without.split(), "cubic"]
+    listed, handed_on = proc.stdout.splitlines()
+    assert listed.split() == [*without.split(), "cubic"]
+    # the command learns what was changed (docker/compose.yaml hands it to the workers)
+    assert host_changes_from_env({HOST_CHANGES_ENV: handed_on}) == [HostChange(
+        "net.ipv4.tcp_allowed_congestion_control", without, f"{without} cubic")]
     assert "added cubic" in proc.stderr and "restored" in proc.stderr
     assert open(allowed).read().strip() == without
     # the command's own status comes back; no command is a usage error

@@ -8,11 +8,13 @@ torchrun sets (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK, LOCAL_WOR
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from decobench.errors import DecobenchError
+from decobench.netem.tcp import host_changes_from_env
 
 EPILOG = """\
 examples:
@@ -109,7 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             addresses=tuple(args.addresses.split(",")) if args.addresses else (),
             network=json.loads(args.network_info) if args.network_info else {},
             probe=args.probe, shaper_ready=Path(args.shaper_ready) if args.shaper_ready else None,
-            ready_timeout_s=args.shaper_ready_timeout)
+            ready_timeout_s=args.shaper_ready_timeout,
+            host_changes=tuple(host_changes_from_env(os.environ)))
         summary = run_rank(run, env, settings, show_progress=not args.no_progress,
                            tracker_factory=wandb_tracker_factory(not args.no_wandb))
     except DecobenchError as exc:

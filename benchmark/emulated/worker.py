@@ -34,6 +34,7 @@ from decobench.emulated.transport import DistributedTransport
 from decobench.errors import DecobenchError
 from decobench.loop import train
 from decobench.netem.probe import ProbeReport
+from decobench.netem.tcp import HostChange
 from decobench.netem.trace import Trace, write_trace
 from decobench.rundir import RunDirectory
 from decobench.runner import (
@@ -98,6 +99,8 @@ class EmulationSettings:
     link is shaped (``--ready-file``), and check that its latency mechanism agrees with
     ``latency_mechanism``. ``probe``: measure the ring links before training
     (:mod:`decobench.emulated.ring_probe`) and fail if one is more than 10% off.
+    ``host_changes``: host settings changed for this run by whoever started it (the Docker
+    stack: :data:`decobench.netem.tcp.HOST_CHANGES_ENV`), recorded with the probe.
     """
 
     latency_mechanism: str
@@ -111,6 +114,7 @@ class EmulationSettings:
     probe: bool = False
     shaper_ready: Path | None = None
     ready_timeout_s: float = 120.0
+    host_changes: tuple[HostChange, ...] = ()
 
 
 def default_timeout_s(d: int, trace: Trace, workers: int, topology: str) -> float:
@@ -213,8 +217,7 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
             **settings.network}
         rundir.write_config(resolved)
         if probe is not None:
-            write_text_atomic(rundir.path / PROBE_FILE,
-                              json.dumps(probe.to_dict() | {"probed_by": "ranks"}, indent=2))
+            write_text_atomic(rundir.path / PROBE_FILE, _probe_json(probe, settings))
         if run.condition.kind != "trace":
             write_trace(trace, rundir.path / "trace.csv", comment=f"network of this run: "
                         f"{run.condition.label}")
@@ -302,6 +305,14 @@ def wait_for_shaper(path: Path, latency_mechanism: str, timeout_s: float) -> dic
     return shaper
 
 
+def _probe_json(report: ProbeReport, settings: EmulationSettings) -> str:
+    """``network_probe.json`` as the ranks write it: the report, who probed, and the host
+    settings changed for the run (the same key the namespace launcher writes)."""
+    return json.dumps(report.to_dict() | {
+        "probed_by": "ranks",
+        "host_changes": [change.to_dict() for change in settings.host_changes]}, indent=2)
+
+
 def probe_links_before_training(run: PreparedRun, env: RankEnvironment,
                                 settings: EmulationSettings) -> ProbeReport:
     """Every rank probes its ring link against the trace's first row
@@ -318,8 +329,7 @@ def probe_links_before_training(run: PreparedRun, env: RankEnvironment,
     if not report.ok:
         if env.rank == 0:
             run.out.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(run.out / PROBE_FILE,
-                              json.dumps(report.to_dict() | {"probed_by": "ranks"}, indent=2))
+            write_text_atomic(run.out / PROBE_FILE, _probe_json(report, settings))
         report.check()
     return report
 
