@@ -23,6 +23,8 @@ Rules (each claim's row repeats its own):
   than :data:`NOT_COMPARABLE_FACTOR` (2) times X: a speed-up that large comes from a cell
   harsher than any the paper ran (a link where D-SGD hardly computes), where the time model
   alone fixes the figure, so it says nothing about the paper's.
+- A judged verdict whose runs read a stand-in data set says so: ``reproduced at small scale
+  (stand-in)`` (:data:`STANDIN_QUALIFIER`), never a bare ``reproduced``.
 - Resolution: the widest bracket of a time to target among the runs a figure uses, as a
   share of that time (``Run.ttt_resolution_s``); above 2% it is marked coarse.
 """
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from decobench.reports.runs import Run, as_float
@@ -62,6 +64,14 @@ RESOLUTION_LIMIT = 0.02
 REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_COMPARABLE, NOT_RUN = (
     "reproduced", "partly", "not reproduced", "not comparable", "not run")
 VERDICTS = (REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_COMPARABLE, NOT_RUN)
+STANDIN_QUALIFIER = "at small scale (stand-in)"
+"""Added to a judged verdict whose runs read a stand-in data set (e.g. "reproduced at small
+scale (stand-in)"): the claim held, or not, on data that are not the paper's."""
+
+
+def base_verdict(verdict: str) -> str:
+    """The verdict without :data:`STANDIN_QUALIFIER` (one of :data:`VERDICTS`)."""
+    return verdict.removesuffix(" " + STANDIN_QUALIFIER)
 
 SUITES_WITH = {
     "main": ("smoke", "cpu-paper", "paper"),
@@ -96,6 +106,15 @@ class ClaimRow:
                 "seeds": self.seeds, "ours": self.ours, "range": self.spread,
                 "TTT resolution": self.resolution, "verdict": self.verdict,
                 "how judged": self.rule, "value": self.value, "value_kind": self.value_kind}
+
+
+def _on_data(runs: Sequence[Run], row: ClaimRow) -> ClaimRow:
+    """``row`` with its verdict saying ``at small scale (stand-in)`` when any of the ``runs``
+    it was judged on read a stand-in data set (:attr:`Run.standin`): such a verdict is about
+    this suite's stand-in, never a bare one about the paper's data."""
+    if row.verdict in (REPRODUCED, PARTLY, NOT_REPRODUCED) and any(r.standin for r in runs):
+        return replace(row, verdict=f"{row.verdict} {STANDIN_QUALIFIER}")
+    return row
 
 
 def _not_run(claim: str, paper: str, kind: str, what: str, rule: str) -> ClaimRow:
@@ -211,10 +230,11 @@ def up_to(runs: Sequence[Run], baseline: str, paper: float, claim: str) -> Claim
     reached = [c for c in found if c.speedup.value is not None]
     skipped = f"; {len(extreme)} extreme cell(s) left out" if extreme else ""
     if not reached:
-        return ClaimRow(claim, f"{paper:g}x", f"{len(found)} cell(s)",
-                        _seeds([r for c in found for r in c.runs]),
-                        f"{DECO} did not reach the target", "-", "n/a", NOT_REPRODUCED,
-                        rule + skipped)
+        row = ClaimRow(claim, f"{paper:g}x", f"{len(found)} cell(s)",
+                       _seeds([r for c in found for r in c.runs]),
+                       f"{DECO} did not reach the target", "-", "n/a", NOT_REPRODUCED,
+                       rule + skipped)
+        return _on_data([r for c in found for r in c.runs], row)
     best = max(reached, key=lambda c: c.speedup.value)
     value = best.speedup.value
     assert value is not None
@@ -227,10 +247,11 @@ def up_to(runs: Sequence[Run], baseline: str, paper: float, claim: str) -> Claim
         note += (f"; more than {NOT_COMPARABLE_FACTOR:g}x the paper's figure: a condition "
                  "harsher than the paper's, where the time model fixes the speed-up (see "
                  "the regime map)")
-    return ClaimRow(claim, f"{paper:g}x", _cell_name(best.key), _seeds(best.runs),
-                    str(best.speedup), best.spread,
-                    resolution_text(relative_resolution(best.runs)), verdict, rule + note,
-                    value, best.speedup.kind)
+    row = ClaimRow(claim, f"{paper:g}x", _cell_name(best.key), _seeds(best.runs),
+                   str(best.speedup), best.spread,
+                   resolution_text(relative_resolution(best.runs)), verdict, rule + note,
+                   value, best.speedup.kind)
+    return _on_data(best.runs, row)
 
 
 def target_of(run: Run, target: float) -> Obs:
@@ -303,10 +324,11 @@ def growing_with_target(runs: Sequence[Run]) -> ClaimRow:
                  "budget and the bound does not settle it (a larger max_iters does)")
     runs_read = [r for _, _, _, p, _ in found for c in p for r in c.runs]
     targets_read = sorted({t for _, low, high, _, _ in found for t in (low, high)})
-    return ClaimRow(claim, paper, _cell_name(key) + more, _seeds(pair[0].runs), ours,
-                    f"{pair[0].spread} -> {pair[1].spread}",
-                    resolution_text(relative_resolution(runs_read, targets_read)), verdict,
-                    rule + note, pair[1].speedup.value, pair[1].speedup.kind)
+    row = ClaimRow(claim, paper, _cell_name(key) + more, _seeds(pair[0].runs), ours,
+                   f"{pair[0].spread} -> {pair[1].spread}",
+                   resolution_text(relative_resolution(runs_read, targets_read)), verdict,
+                   rule + note, pair[1].speedup.value, pair[1].speedup.kind)
+    return _on_data(runs_read, row)
 
 
 def _growth(pair: Sequence[Comparison], bound: float | None) -> str:
@@ -359,10 +381,11 @@ def fastest_in_table1(runs: Sequence[Run]) -> ClaimRow:
     won = len(table1) - len(losers)
     verdict = (REPRODUCED if not losers else PARTLY if won else NOT_REPRODUCED)
     spread = "; ".join((["not fastest: " + "; ".join(losers)] if losers else []) + ties)
-    return ClaimRow(claim, paper, f"{len(table1)} Table-1 cell(s)", _seeds(used),
-                    f"fastest in {won} of {len(table1)}", spread or "-",
-                    resolution_text(relative_resolution(used)), verdict, rule,
-                    won / len(table1), "fraction")
+    row = ClaimRow(claim, paper, f"{len(table1)} Table-1 cell(s)", _seeds(used),
+                   f"fastest in {won} of {len(table1)}", spread or "-",
+                   resolution_text(relative_resolution(used)), verdict, rule,
+                   won / len(table1), "fraction")
+    return _on_data(used, row)
 
 
 def kept_with_workers(runs: Sequence[Run]) -> ClaimRow:
@@ -404,11 +427,12 @@ def kept_with_workers(runs: Sequence[Run]) -> ClaimRow:
     verdict = (REPRODUCED if all(v == REPRODUCED for v in verdicts)
                else NOT_REPRODUCED if all(v == NOT_REPRODUCED for v in verdicts) else PARTLY)
     first = series[0]
-    return ClaimRow(claim, paper, "; ".join(f"{p[0].key[0]} / {p[0].key[1]}" for p in series),
-                    _seeds(used), "; ".join(texts),
-                    "; ".join(f"n={p.key[2]}: {p.spread}" for p in first),
-                    resolution_text(relative_resolution(used)), verdict, rule,
-                    first[-1].speedup.value, first[-1].speedup.kind)
+    row = ClaimRow(claim, paper, "; ".join(f"{p[0].key[0]} / {p[0].key[1]}" for p in series),
+                   _seeds(used), "; ".join(texts),
+                   "; ".join(f"n={p.key[2]}: {p.spread}" for p in first),
+                   resolution_text(relative_resolution(used)), verdict, rule,
+                   first[-1].speedup.value, first[-1].speedup.kind)
+    return _on_data(used, row)
 
 
 def staleness_amplifies(groups: Sequence[TheoryGroup]) -> ClaimRow:
@@ -450,12 +474,13 @@ def staleness_amplifies(groups: Sequence[TheoryGroup]) -> ClaimRow:
         return "n/a (τ = 0 not reached)" if math.isnan(o.value) else o.text("x{:.2f}")
 
     used = [r for c in g.cells for r in c.runs]
-    return ClaimRow(claim, paper, _cell_name(g.key), _seeds(used),
-                    f"τ 0 -> {tau}: iterations {text(small)} at δ = {d_small:g}, "
-                    f"{text(large)} at δ = {d_large:g}", "-",
-                    resolution_text(relative_resolution(used)), verdict,
-                    rule + f"; holds in {sum(holds)} of {len(found)} grid(s)",
-                    None if math.isnan(small.value) else small.value, "factor")
+    row = ClaimRow(claim, paper, _cell_name(g.key), _seeds(used),
+                   f"τ 0 -> {tau}: iterations {text(small)} at δ = {d_small:g}, "
+                   f"{text(large)} at δ = {d_large:g}", "-",
+                   resolution_text(relative_resolution(used)), verdict,
+                   rule + f"; holds in {sum(holds)} of {len(found)} grid(s)",
+                   None if math.isnan(small.value) else small.value, "factor")
+    return _on_data(used, row)
 
 
 def paper_view_bandwidth_mbps(run: Run) -> float | None:
@@ -499,11 +524,12 @@ def dsgd_collapse(runs: Sequence[Run]) -> ClaimRow:
     verdict = REPRODUCED if all(collapsed) else PARTLY if any(collapsed) else NOT_REPRODUCED
     worst = max(found, key=lambda f: f[2])
     used = [r for f in found for r in f[3]]
-    return ClaimRow(claim, paper, f"{len(found)} cell(s), e.g. {_cell_name(worst[0])} "
-                    f"({worst[1]:.0f} Mbit/s)", _seeds(used),
-                    f"D-SGD at <= {100 * worst[2]:.1f}% of compute-bound throughput",
-                    ", ".join(f"{100 * f[2]:.1f}%" for f in found), "-", verdict, rule,
-                    worst[2], "share")
+    row = ClaimRow(claim, paper, f"{len(found)} cell(s), e.g. {_cell_name(worst[0])} "
+                   f"({worst[1]:.0f} Mbit/s)", _seeds(used),
+                   f"D-SGD at <= {100 * worst[2]:.1f}% of compute-bound throughput",
+                   ", ".join(f"{100 * f[2]:.1f}%" for f in found), "-", verdict, rule,
+                   worst[2], "share")
+    return _on_data(used, row)
 
 
 def oracle_distance(groups: Sequence[TheoryGroup]) -> ClaimRow:
@@ -525,11 +551,12 @@ def oracle_distance(groups: Sequence[TheoryGroup]) -> ClaimRow:
     ratio = "n/a" if c.ratio is None else c.ratio.text("{:.2f}x")
     plan = "n/a" if c.first_plan is None else f"δ {c.first_plan[0]:.3g}, τ {c.first_plan[1]}"
     used = [r for cell in g.cells for r in cell.runs]
-    return ClaimRow(claim, paper, _cell_name(g.key), _seeds(used),
-                    f"{ratio} the oracle's TTT (oracle δ {o.delta:g}, τ {o.tau}; DeCo's first "
-                    f"plan {plan})", "-", resolution_text(relative_resolution(used)), verdict,
-                    rule + f"; within 10% in {sum(close)} of {len(found)} grid(s)",
-                    None if c.ratio is None else c.ratio.value, "ratio")
+    row = ClaimRow(claim, paper, _cell_name(g.key), _seeds(used),
+                   f"{ratio} the oracle's TTT (oracle δ {o.delta:g}, τ {o.tau}; DeCo's first "
+                   f"plan {plan})", "-", resolution_text(relative_resolution(used)), verdict,
+                   rule + f"; within 10% in {sum(close)} of {len(found)} grid(s)",
+                   None if c.ratio is None else c.ratio.value, "ratio")
+    return _on_data(used, row)
 
 
 def claim_rows(runs: Sequence[Run], groups: Sequence[TheoryGroup]) -> list[ClaimRow]:

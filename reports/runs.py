@@ -72,6 +72,12 @@ class Run:
         return str(self.summary.get("task"))
 
     @property
+    def standin(self) -> bool:
+        """Whether the run read a stand-in data set: its ``data_source`` (config.yaml) carries
+        the stand-in's label (``decobench data standins``: "STAND-IN: built from ...")."""
+        return "STAND-IN" in str(self.config.get("data_source") or "")
+
+    @property
     def method(self) -> str:
         return str(self.summary.get("method"))
 
