@@ -58,6 +58,7 @@ from decobench.netem.tcp import (
     buffer_bytes,
     congestion_control_allowed,
     initial_window_packets,
+    print_note,
 )
 
 PREFIX_STEM: str = "dcb"
@@ -347,8 +348,7 @@ class NamespaceNetwork:
     _up: bool = field(default=False, init=False, repr=False)
     tcp: TcpTuning | None = field(default=None, init=False)
     """The TCP tuning every worker got (:mod:`decobench.netem.tcp`), once created."""
-    notify: Callable[[str], None] = field(
-        default=lambda line: print(line, file=sys.stderr, flush=True), repr=False)
+    notify: Callable[[str], None] = field(default=print_note, repr=False)
     """Where a note about a changed host setting goes (the terminal by default)."""
     host_changes: list[HostChange] = field(default_factory=list, init=False)
     """Host settings changed to set the network up, each put back before :meth:`create`
@@ -384,27 +384,31 @@ class NamespaceNetwork:
             require_root()
             self.runner = SubprocessRunner()
         runner = self.runner
+
+        def read(argv: list[str]) -> str:
+            return runner.run(argv).stdout
+
         self._switches = {i: LinkSwitch(WORKER_DEVICE, self.plan.worker_namespace(i),
-                                        self._run, lambda argv: runner.run(argv).stdout,
-                                        self._link_name(i))
+                                        self._run, read, self._link_name(i))
                           for i in range(self.plan.workers)}
         self._t0 = self.clock()
         plan, tag = self.plan, owner_tag()
         try:
-            with congestion_control_allowed(self._run, lambda argv: runner.run(argv).stdout,
-                                            self.notify) as change:
+            with congestion_control_allowed(self._run, read, self.notify) as change:
                 if change is not None:
                     self.host_changes.append(change)
                     self._note("# host setting", change.key,
                                f"{change.before} -> {change.during}",
                                "until the namespaces are set up, then restored")
-                self._create(plan, tag, runner)
+                self._create(plan, tag, read)
         except BaseException:
             self.teardown()
             raise
         self._up = True
 
-    def _create(self, plan: NetworkPlan, tag: str, runner: Runner) -> None:
+    def _create(self, plan: NetworkPlan, tag: str, read: Callable[[list[str]], str]) -> None:
+        """The bridge, each worker's namespace, veth, qdiscs, TCP tuning and shaping
+        (``read``: a command's stdout)."""
         br, bridge = plan.bridge_namespace, plan.bridge_device
         self._add_namespace(br, tag)
         self._run(["ip", "-n", br, "link", "add", bridge, "type", "bridge"])
@@ -424,8 +428,7 @@ class NamespaceNetwork:
                 self._run(argv)
             self._run(["ip", "-n", ns, "link", "set", WORKER_DEVICE, "up"])
             window, buffer = self._tcp_sizes()
-            self.tcp = apply_tuning(self._run, lambda argv: runner.run(argv).stdout,
-                                    WORKER_DEVICE, window, ns,
+            self.tcp = apply_tuning(self._run, read, WORKER_DEVICE, window, ns,
                                     f"worker {i} (namespace {ns})", buffer)
             self._shape(i, self.setting, "add")
             if self.mechanism == "nfqueue":

@@ -158,11 +158,16 @@ def sysctl_values(buffer: int = BUFFER_FLOOR_BYTES) -> dict[str, str]:
             CONGESTION_CONTROL: CONGESTION_CONTROL_ALGORITHM}
 
 
+def write_command(key: str, value: str, netns: str | None = None) -> list[str]:
+    """Write ``value`` to the sysctl ``key`` through ``/proc/sys`` (images without the
+    ``sysctl`` program have the file), in ``netns`` or on the host."""
+    return [*exec_in(netns), "sh", "-c", f"echo {value} > {proc_path(key)}"]
+
+
 def sysctl_commands(netns: str | None = None,
                     buffer: int = BUFFER_FLOOR_BYTES) -> list[list[str]]:
     """Write :func:`sysctl_values` (all per network namespace)."""
-    return [[*exec_in(netns), "sh", "-c", f"echo {value} > {proc_path(key)}"]
-            for key, value in sysctl_values(buffer).items()]
+    return [write_command(key, value, netns) for key, value in sysctl_values(buffer).items()]
 
 
 def sysctl_read_commands(netns: str | None = None) -> list[list[str]]:
@@ -280,9 +285,6 @@ class HostChange:
     before: str
     during: str
 
-    def describe(self) -> str:
-        return f"{self.key} {self.before!r} -> {self.during!r}"
-
     def to_dict(self) -> dict[str, str]:
         return {"key": self.key, "before": self.before, "during": self.during}
 
@@ -320,10 +322,6 @@ def allow_command(algorithm: str) -> str:
     the host, outside any container)."""
     return (f"sysctl -w {ALLOWED_CONGESTION_CONTROL}=\"$(sysctl -n "
             f"{ALLOWED_CONGESTION_CONTROL}) {algorithm}\"")
-
-
-def _write_command(key: str, value: str) -> list[str]:
-    return ["sh", "-c", f"echo {value} > {proc_path(key)}"]
 
 
 @contextlib.contextmanager
@@ -365,7 +363,7 @@ def congestion_control_allowed(
         change = HostChange(ALLOWED_CONGESTION_CONTROL, " ".join(allowed),
                             " ".join([*allowed, algorithm]))
         try:
-            run(_write_command(change.key, change.during))
+            run(write_command(change.key, change.during))
         except Exception as exc:  # noqa: BLE001 - not root, or not the initial namespace
             raise DecobenchError(
                 f"the host allows only {change.before!r} as TCP congestion control in network "
@@ -376,11 +374,13 @@ def congestion_control_allowed(
         try:
             yield change
         finally:
-            run(_write_command(change.key, change.before))
+            run(write_command(change.key, change.before))
             notify(f"decobench: note: restored {change.key} to {change.before!r}")
 
 
-def _stderr(line: str) -> None:
+def print_note(line: str) -> None:
+    """Where the notes of :func:`congestion_control_allowed` go by default: the terminal
+    (standard error), at once."""
     print(line, file=sys.stderr, flush=True)
 
 
@@ -412,7 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not command:
         parser.error("give the command to run after --")
     try:
-        with congestion_control_allowed(_host_run, _host_run, _stderr) as change:
+        with congestion_control_allowed(_host_run, _host_run, print_note) as change:
             env = dict(os.environ)
             if change is not None:   # the runs COMMAND starts record it (docker/compose.yaml)
                 env[HOST_CHANGES_ENV] = host_changes_to_env([change])
@@ -422,15 +422,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-__all__: Sequence[str] = ["ALLOWED_CONGESTION_CONTROL", "AVAILABLE_CONGESTION_CONTROL",
-                          "HOST_CHANGES_ENV", "HostChange", "host_changes_from_env",
-                          "host_changes_to_env", "allow_command", "congestion_control_allowed", "BUFFER_CAP_BYTES", "BUFFER_FLOOR_BYTES", "BUFFER_SYSCTLS",
+__all__: Sequence[str] = ["allow_command", "ALLOWED_CONGESTION_CONTROL", "apply_tuning",
+                          "AVAILABLE_CONGESTION_CONTROL", "buffer_bytes", "BUFFER_CAP_BYTES",
+                          "BUFFER_FLOOR_BYTES", "BUFFER_SYSCTLS", "buffer_value", "check_tuning",
                           "CONGESTION_CONTROL", "CONGESTION_CONTROL_ALGORITHM",
-                          "DEFAULT_INITIAL_WINDOW", "MAX_INITIAL_WINDOW", "buffer_bytes",
-                          "buffer_value",
-                          "SLOW_START_AFTER_IDLE", "TcpTuning", "apply_tuning", "check_tuning",
-                          "initial_window_packets", "proc_path", "route_commands", "routes_commands",
-                          "sysctl_commands", "sysctl_read_commands", "sysctl_values"]
+                          "congestion_control_allowed", "DEFAULT_INITIAL_WINDOW",
+                          "HOST_CHANGES_ENV", "host_changes_from_env", "host_changes_to_env",
+                          "HostChange", "initial_window_packets", "MAX_INITIAL_WINDOW",
+                          "print_note", "proc_path", "route_commands", "routes_commands",
+                          "SLOW_START_AFTER_IDLE", "sysctl_commands", "sysctl_read_commands",
+                          "sysctl_values", "TcpTuning", "write_command"]
 
 
 if __name__ == "__main__":

@@ -230,11 +230,11 @@ def up_to(runs: Sequence[Run], baseline: str, paper: float, claim: str) -> Claim
     reached = [c for c in found if c.speedup.value is not None]
     skipped = f"; {len(extreme)} extreme cell(s) left out" if extreme else ""
     if not reached:
-        row = ClaimRow(claim, f"{paper:g}x", f"{len(found)} cell(s)",
-                       _seeds([r for c in found for r in c.runs]),
+        judged = [r for c in found for r in c.runs]
+        row = ClaimRow(claim, f"{paper:g}x", f"{len(found)} cell(s)", _seeds(judged),
                        f"{DECO} did not reach the target", "-", "n/a", NOT_REPRODUCED,
                        rule + skipped)
-        return _on_data([r for c in found for r in c.runs], row)
+        return _on_data(judged, row)
     best = max(reached, key=lambda c: c.speedup.value)
     value = best.speedup.value
     assert value is not None

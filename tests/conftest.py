@@ -40,10 +40,17 @@ def root():
 def host_without_cubic(root):
     """The host's allowed congestion control list without cubic for the test (issue 38's
     host: 'reno bbr'), put back afterwards. This test changes a host setting on purpose."""
-    allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+    from decobench.netem.tcp import (
+        ALLOWED_CONGESTION_CONTROL,
+        CONGESTION_CONTROL_ALGORITHM,
+        proc_path,
+    )
+
+    allowed = Path(proc_path(ALLOWED_CONGESTION_CONTROL))
     before = allowed.read_text().strip()          # `root` checked that the kernel has cubic
     try:
-        allowed.write_text(" ".join(a for a in before.split() if a != "cubic") + "\n")
+        allowed.write_text(" ".join(a for a in before.split()
+                                    if a != CONGESTION_CONTROL_ALGORITHM) + "\n")
     except OSError as exc:
         pytest.skip(f"cannot write {allowed} (not the initial network namespace?): {exc}")
     yield before
