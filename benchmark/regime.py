@@ -153,12 +153,16 @@ class NetworkCondition:
                        reference_compute_time_s=self.reference_compute_s,
                        reference_trace=self.trace.name if self.trace else None,
                        reference_mean_bandwidth_mbps=(self.trace.mean_bandwidth_bps() / 1e6
-                                                      if self.trace else None))
+                                                      if self.trace else None),
+                       reference_mean_latency_ms=(self.trace.mean_latency_s() * 1e3
+                                                  if self.trace else None))
         out["mean_bandwidth_mbps"] = trace.mean_bandwidth_bps() / 1e6
+        out["mean_latency_ms"] = trace.mean_latency_s() * 1e3
         if compute_s is not None:
             out.update(
                 mean_transmission_ratio=transmission_ratio(d, trace.mean_bandwidth_bps(),
                                                            compute_s),
+                mean_latency_ratio=latency_ratio(trace.mean_latency_s(), compute_s),
                 initial_latency_ratio=latency_ratio(trace.latency_s[0], compute_s))
         return out
 

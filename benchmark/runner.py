@@ -289,10 +289,11 @@ def versions() -> dict[str, Any]:
             "torch_threads": torch.get_num_threads()}
 
 
-def resolved_config(run: PreparedRun, d: int, data_source: str,
+def resolved_config(run: PreparedRun, d: int, data: TaskData,
                     trace: Trace, gradients: dict[str, Any] | None = None) -> dict[str, Any]:
     """The fully resolved configuration written to ``config.yaml`` (``gradients``: the
-    per-worker gradient engine and why, :meth:`decobench.gradients.WorkerGradients.select`)."""
+    per-worker gradient engine and why, :meth:`decobench.gradients.WorkerGradients.select`;
+    ``data_kind``: full, slice or stand-in, :meth:`decobench.tasks.base.Task.data_kind`)."""
     config = run.config.model_dump()
     config.update(
         method_options=run.options.model_dump(), out=run.config.out or str(run.out), max_iters=run.max_iters,
@@ -303,7 +304,8 @@ def resolved_config(run: PreparedRun, d: int, data_source: str,
         trace_name=trace.name, network=run.condition.describe(d, run.compute_time_s),
         label=label_of(run.config), condition=condition_of(run.config),
         dataset=run.dataset,
-        data_source=data_source, parameters=d, metric_name=run.task.metric_name,
+        data_source=data.source, data_kind=run.task.data_kind(data),
+        train_examples=data.num_train, parameters=d, metric_name=run.task.metric_name,
         compute_time_s=run.compute_time_s, compute_time_source=run.compute_time_source,
         versions=versions())
     if gradients is not None:
@@ -387,7 +389,7 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
 
     def begin(d: int, trace: Trace, gradients: dict[str, Any]) -> None:
         nonlocal tracker
-        resolved = resolved_config(run, d, data.source, trace, gradients)
+        resolved = resolved_config(run, d, data, trace, gradients)
         if reuse is not None:
             resolved["trajectory"] = reuse.describe(run.out)
         rundir.write_config(resolved)

@@ -205,7 +205,7 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
         else:
             rundir = (RunDirectory.attach(run.out) if settings.attach
                       else RunDirectory(run.out, overwrite=settings.overwrite))
-        resolved = resolved_config(run, d, data.source, trace, gradients)
+        resolved = resolved_config(run, d, data, trace, gradients)
         resolved["emulation"] = {
             "latency_mechanism": settings.latency_mechanism, "process_group": backend,
             "device": str(device), "torch_threads_per_rank": threads,

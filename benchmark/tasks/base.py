@@ -99,6 +99,9 @@ class Task(ABC):
     dataset_variants: ClassVar[tuple[str, ...]] = ()
     """Selectable data set variants (``--dataset``); the first is the default. Empty when
     the task has one data set."""
+    full_train_examples: ClassVar[int | None] = None
+    """Training examples of the task's full data set (its published training split), which
+    :meth:`data_kind` compares a loaded data set with; ``None``: not known."""
     vectorise: ClassVar[bool] = True
     """Compute the n workers' gradients with one ``vmap`` (False: one pass per worker, for
     models whose forward pass ``torch.func.vmap`` cannot batch)."""
@@ -108,6 +111,15 @@ class Task(ABC):
     set by :meth:`select_init`, which :func:`decobench.runner.prepare` calls with
     ``--init``. Tasks whose data pipeline follows the weights (ViT's normalisation, GPT-2's
     tokenizer) read it too."""
+
+    def data_kind(self, data: TaskData) -> str:
+        """What the loaded data are, for the report's comparability columns:
+        ``stand-in`` (an offline stand-in, :data:`STANDIN_MARKER`), ``slice`` (fewer training
+        examples than :attr:`full_train_examples`) or ``full``."""
+        if "STAND-IN" in data.source:
+            return "stand-in"
+        full = self.full_train_examples
+        return "slice" if full is not None and data.num_train < full else "full"
 
     def profile(self, name: str) -> TaskProfile:
         if name not in self.profiles:

@@ -206,6 +206,7 @@ def write_cifar_format(root: Path, train_images: Tensor, train_labels: Tensor,
 
 class CnnCifar10(ClassificationTask):
     name = "cnn-cifar10"
+    full_train_examples = 50_000   # CIFAR-10's training split
     description = "paper CNN (2 conv + 2 FC, 579k parameters) on CIFAR-10, top-1 accuracy"
     profiles = {
         "paper": TaskProfile(

@@ -54,6 +54,7 @@ def classification_accuracy(forward: Callable[[Tensor], Tensor], inputs: Tensor,
 
 class CnnFashionMnist(ClassificationTask):
     name = "cnn-fmnist"
+    full_train_examples = 60_000   # Fashion-MNIST's training split
     description = "paper CNN (2 conv + 2 FC, 455k parameters) on Fashion-MNIST, top-1 accuracy"
     profiles = {
         "paper": TaskProfile(

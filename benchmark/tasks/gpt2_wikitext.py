@@ -252,6 +252,13 @@ class Gpt2WikiText(Task):
                 "test.txt, e.g. ../shared/data/wikitext-2, or omit it to download "
                 f"{HF_DATASET} ({', '.join(self.dataset_variants)}) from the Hugging Face Hub")
 
+    def data_kind(self, data: TaskData) -> str:
+        """``slice`` when the run trains on valid.txt (no train.txt in the data root, as in
+        ../shared/data/wikitext-2), ``full`` on a training split."""
+        if "STAND-IN" in data.source:
+            return "stand-in"
+        return "slice" if "trains on valid.txt" in data.source else "full"
+
     def load_data(self, data_root: Path | None, download: bool, profile: TaskProfile,
                   variant: str | None = None) -> TaskData:
         shape = self.shape(profile)

@@ -208,6 +208,7 @@ class ImageFolderData(TaskData):
 
 class VitImageNet(ClassificationTask):
     name = "vit-imagenet"
+    full_train_examples = 1_281_167   # ImageNet-1k's (ILSVRC 2012) training split
     description = ("ViT-B/16 (timm, 86.6M parameters; from scratch, or ImageNet-21k weights "
                    "with --init pretrained) on ImageNet-1k from a class-per-folder tree, top-1 "
                    "accuracy")
