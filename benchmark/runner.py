@@ -37,7 +37,13 @@ from decobench.evaluation import (
 )
 from decobench.loop import Learner, ModelLearner, Outcome, train
 from decobench.methods import MethodOptions, MethodSpec, get_method_spec
-from decobench.netem.trace import Trace, load_trace, resolve_trace_path, write_trace
+from decobench.netem.trace import (
+    Trace,
+    load_trace,
+    resolve_trace_path,
+    trace_header_fields,
+    write_trace,
+)
 from decobench.optimizer import OptimizerConfig
 from decobench.regime import NetworkCondition, parse_regime
 from decobench.replay import load_schedule
@@ -308,6 +314,9 @@ def resolved_config(run: PreparedRun, d: int, data: TaskData,
         train_examples=data.num_train, parameters=d, metric_name=run.task.metric_name,
         compute_time_s=run.compute_time_s, compute_time_source=run.compute_time_source,
         versions=versions())
+    realised = _realisation_of(run.trace_path)
+    if realised is not None:
+        config["trace_realisation"] = realised
     if gradients is not None:
         config["gradients"] = gradients
     if not run.transport.ideal:
@@ -319,6 +328,18 @@ def resolved_config(run: PreparedRun, d: int, data: TaskData,
     if run.report != "arrival":
         config["report"] = run.report
     return config
+
+
+def _realisation_of(trace_path: Path | None) -> str | None:
+    """The ``# realisation:`` line of a per-seed trace file (docs/traces.md
+    "Realisations"): which draw of which recipe, with its seed; ``None`` for other traces."""
+    if trace_path is None:
+        return None
+    try:
+        fields = trace_header_fields(trace_path.read_text(encoding="utf-8"), "realisation")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return fields[0] if fields else None
 
 
 def load_task_data(run: PreparedRun) -> TaskData:

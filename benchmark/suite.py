@@ -81,6 +81,20 @@ class ConditionSpec(_Strict):
     ratio_shape: str | None = None
     constant: ConstantNetwork | None = None
     trace_loop: bool = False
+    per_seed_trace: bool = False
+    """Each seed s of a cell runs on realisation s of the condition's generated pack trace
+    (:func:`decobench.netem.pack.realisation`; seed 0: the bundled file), so the spread over
+    seeds covers the network's variation too (docs/traces.md "Realisations")."""
+
+    @property
+    def pack_trace(self) -> str | None:
+        """The trace name that ``per_seed_trace`` draws realisations of: the trace, the
+        regime's trace or the ratio shape."""
+        if self.regime is not None:
+            from decobench.regime import parse_regime
+
+            return parse_regime(self.regime)[1]
+        return self.trace or self.ratio_shape
 
     @model_validator(mode="after")
     def _one_kind(self) -> ConditionSpec:
@@ -93,6 +107,15 @@ class ConditionSpec(_Strict):
         if len(kinds) != 1:
             raise ValueError("give exactly one of trace, regime, transmission_ratio + "
                              f"latency_ratio, or constant (got {', '.join(kinds) or 'none'})")
+        if self.per_seed_trace:
+            from decobench.netem.pack import PACK
+
+            name = self.pack_trace
+            generated = sorted(n for n, t in PACK.items() if t.varies)
+            if name is None or name not in PACK or not PACK[name].varies:
+                raise ValueError(f"per_seed_trace draws realisations of a generated pack "
+                                 f"trace, and {name or 'this condition'!s} is not one; give "
+                                 f"one of {', '.join(generated)}")
         return self
 
 
@@ -310,14 +333,54 @@ def constant_trace_path(traces_dir: Path, name: str) -> Path:
     return traces_dir / f"{name}.csv"
 
 
-def _condition_values(name: str, spec: ConditionSpec, traces_dir: Path) -> dict[str, Any]:
+def realised_trace_path(traces_dir: Path, trace: str, seed: int) -> Path:
+    """Where realisation ``seed`` of pack trace ``trace`` is written for a ``per_seed_trace``
+    condition (seed 0 reads the bundled file itself)."""
+    return traces_dir / f"{trace}-r{seed}.csv"
+
+
+def _condition_values(name: str, spec: ConditionSpec, traces_dir: Path,
+                      seed: int = 0) -> dict[str, Any]:
     if spec.constant is not None:
         return {"trace": str(constant_trace_path(traces_dir, name)),
                 "trace_loop": spec.trace_loop}
     out = {k: getattr(spec, k) for k in ("trace", "regime", "transmission_ratio",
                                          "latency_ratio", "ratio_shape")
            if getattr(spec, k) is not None}
+    if spec.per_seed_trace and seed > 0:
+        pack_trace = spec.pack_trace
+        assert pack_trace is not None
+        path = str(realised_trace_path(traces_dir, pack_trace, seed))
+        if spec.regime is not None:
+            from decobench.regime import parse_regime
+
+            out["regime"] = f"{parse_regime(spec.regime)[0]}:{path}"
+        else:
+            out["ratio_shape" if spec.ratio_shape is not None else "trace"] = path
     return out | {"trace_loop": spec.trace_loop}
+
+
+def write_realised_traces(suite: Suite, traces_dir: Path) -> None:
+    """Write realisation s (s > 0) of each ``per_seed_trace`` condition's pack trace for every
+    seed an experiment runs it with (:func:`realised_trace_path`; unchanged files are left
+    alone, so a resumed sweep does not rewrite them)."""
+    from decobench.netem.pack import realisation
+    from decobench.netem.trace import write_trace
+
+    wanted: set[tuple[str, int]] = set()
+    for experiment in suite.experiments:
+        for condition in experiment.conditions:
+            spec = suite.conditions[condition]
+            if spec.per_seed_trace and spec.pack_trace is not None:
+                wanted.update((spec.pack_trace, s) for s in experiment.seeds if s > 0)
+    for trace_name, seed in sorted(wanted):
+        trace, header = realisation(trace_name, seed)
+        path = realised_trace_path(traces_dir, trace_name, seed)
+        comment = "\n".join([*header, f"suite {suite.name}: seed {seed} of per_seed_trace "
+                              "conditions"])
+        text = trace.to_csv(comment)
+        if not (path.is_file() and path.read_text(encoding="utf-8") == text):
+            write_trace(trace, path, comment=comment)
 
 
 def write_constant_traces(suite: Suite, traces_dir: Path) -> None:
@@ -371,6 +434,16 @@ def identity(config: RunConfig) -> str:
         path = getattr(config, field)
         if path is not None:
             values[field] = hashlib.sha256(resolve_trace_path(path).read_bytes()).hexdigest()
+    if config.regime is not None:
+        # a regime on a trace file (a per-seed realisation) counts by the file's content;
+        # one on a bundled name keeps its text, as before realisations existed
+        from decobench.netem.trace import list_bundled_traces
+        from decobench.regime import parse_regime
+
+        profile, trace = parse_regime(config.regime)
+        if trace not in list_bundled_traces() and Path(trace).is_file():
+            digest = hashlib.sha256(Path(trace).read_bytes()).hexdigest()
+            values["regime"] = f"{profile}:{digest}"
     if config.transport_model == "ideal":           # the same clock as no model at all
         values.pop("transport_model", None)
     elif config.transport_model is not None:       # a model counts by its numbers
@@ -426,7 +499,8 @@ def expand_cells(suite: Suite, traces_dir: Path, data_roots: dict[str, str] | No
                 experiment.seeds):
             for label, options in entry.variants():
                 values = (dict(suite.defaults) | dict(experiment.options)
-                          | _condition_values(condition, suite.conditions[condition], traces_dir)
+                          | _condition_values(condition, suite.conditions[condition],
+                                              traces_dir, seed)
                           | {"task": task, "method": entry.method, "label": label,
                              "condition": condition, "suite": suite.name, "workers": workers,
                              "seed": seed, "method_options": options})

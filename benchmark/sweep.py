@@ -52,7 +52,13 @@ from decobench.atomicio import write_text_atomic
 from decobench.errors import DecobenchError
 from decobench.executors import ExecutorConfig
 from decobench.rundir import SUMMARY
-from decobench.suite import Cell, Suite, expand_cells, write_constant_traces
+from decobench.suite import (
+    Cell,
+    Suite,
+    expand_cells,
+    write_constant_traces,
+    write_realised_traces,
+)
 
 STAGING_PREFIX = ".staging-"
 LOCK_FILE = ".sweep.lock"
@@ -93,6 +99,7 @@ def plan_sweep(suite: Suite, out: Path, data_roots: dict[str, str] | None = None
     from decobench.trajectory import reuse_key
 
     write_constant_traces(suite, out / "traces")
+    write_realised_traces(suite, out / "traces")
     cells = expand_cells(suite, out / "traces", data_roots, backend=backend)
     keys: dict[str, str] = {}
     train_sizes: dict[tuple[str, ...], int] = {}

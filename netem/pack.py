@@ -1,13 +1,21 @@
 """The bundled trace pack: versioned network conditions that name their source.
 
-The pack ``decobench-traces`` (version :data:`PACK_VERSION`) holds two kinds of traces, all
-bundled in ``netem/traces/`` and written by ``python -m decobench.netem.make_bundled``:
+The pack ``decobench-traces`` (version :data:`PACK_VERSION`) holds three kinds of traces,
+all bundled in ``netem/traces/`` and written by ``python -m decobench.netem.make_bundled``:
 
 - ``deco-5.2``: the DeCo-SGD paper's experimental condition (Lu et al., arXiv:2507.17346,
   section 5.2: high latency, about 200 ms, and low, varying bandwidth, average below
   1 Gbps), one trace per task, with a bandwidth mean chosen for the task;
 - ``measured-link``: AWS inter-region links measured by DT-FM (Yuan et al., NeurIPS 2022,
-  arXiv:2206.01288), held constant.
+  arXiv:2206.01288), held constant;
+- ``measured-link-varying``: each measured link's mean bandwidth and latency with the
+  ``deco-5.2`` recipe's variation around them (:class:`VaryingLink`), for a Table 1 where
+  adaptivity matters.
+
+Realisations. A generated trace (``deco-5.2``, ``measured-link-varying``) is one draw of its
+recipe. :func:`realisation` gives draw ``k``: ``k = 0`` is the bundled file, ``k > 0`` the
+same recipe with seed ``seed · REALISATION_STRIDE + k``; a suite condition with
+``per_seed_trace`` gives seed s of a cell realisation s, so seeds vary the network too.
 
 Every pack file starts with comment lines (see :meth:`PackTrace.header_lines`)::
 
@@ -37,7 +45,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from decobench.netem.generators import constant, random_walk, stationary_log_variance
@@ -45,7 +53,13 @@ from decobench.netem.trace import BITS_PER_MBIT, MS_PER_S, Trace
 
 PACK_NAME: str = "decobench-traces"
 PACK_VERSION: str = "2026.11"
-"""Version of the pack. Bump it when any pack file's content changes."""
+"""Version of the pack. Bump it when an existing pack file's content changes; traces added
+later keep the version, so the files before them (and finished sweeps' identities, which
+hash them) stay byte for byte (docs/traces.md "Changing the pack")."""
+
+REALISATION_STRIDE: int = 1000
+"""Realisation ``k > 0`` of a generated trace with seed ``s`` uses seed ``s · 1000 + k``
+(:func:`realisation`): distinct from every other pack trace's seeds and realisations."""
 
 PACK_LINE: str = f"{PACK_NAME} {PACK_VERSION}"
 """The text of every pack file's ``# pack:`` line."""
@@ -145,7 +159,20 @@ class PackTrace(ABC):
     """One trace of the pack: its name, kind, description, sources and constants."""
 
     name: str
-    kind: Literal["deco-5.2", "measured-link"]
+    kind: Literal["deco-5.2", "measured-link", "measured-link-varying"]
+
+    @property
+    def varies(self) -> bool:
+        """Whether the trace is a draw of a random recipe (it has other realisations)."""
+        return False
+
+    def realised(self, k: int) -> PackTrace:
+        """This entry with the seed of realisation ``k`` (:data:`REALISATION_STRIDE`)."""
+        if k < 0:
+            raise ValueError(f"realisation {k}: give 0 or more")
+        if k == 0 or not self.varies:
+            return self
+        return replace(self, seed=self.seed * REALISATION_STRIDE + k)  # type: ignore[attr-defined]
 
     @property
     @abstractmethod
@@ -213,7 +240,7 @@ class Deco52Trace(PackTrace):
     ``[low_mbps, high_mbps]``; latency is ``latency_ms`` plus uniform jitter.
     """
 
-    kind: Literal["deco-5.2", "measured-link"] = "deco-5.2"
+    kind: Literal["deco-5.2", "measured-link", "measured-link-varying"] = "deco-5.2"
     task: str = ""
     mean_mbps: float = 0.0
     low_mbps: float = 0.0
@@ -226,6 +253,10 @@ class Deco52Trace(PackTrace):
     duration_s: float = 3600.0
     seed: int = 0
     why_mean: str = ""
+
+    @property
+    def varies(self) -> bool:
+        return True
 
     def build(self) -> Trace:
         return random_walk(
@@ -320,7 +351,7 @@ class MeasuredLink(PackTrace):
     ``ONE_WAY_PER_DTFM_DELAY * dtfm_delay_ms``.
     """
 
-    kind: Literal["deco-5.2", "measured-link"] = "measured-link"
+    kind: Literal["deco-5.2", "measured-link", "measured-link-varying"] = "measured-link"
     region_a: str = ""
     region_b: str = ""
     dtfm_key: str = ""
@@ -407,6 +438,125 @@ class MeasuredLink(PackTrace):
             "bandwidth_mbps": self.bandwidth_mbps,
             "latency_ms": self.latency_ms,
             "extreme_tasks": self.extreme_tasks(),
+        }
+
+
+@dataclass(frozen=True)
+class VaryingLink(PackTrace):
+    """A measured link with the section-5.2 variation around it: the ``deco-5.2`` recipe
+    (a log AR(1) walk of bandwidth every ``step_s``, step std ``sigma``, reversion
+    ``reversion``, stationary mean = the link's bandwidth, clipped to
+    ``[low_share, high_share]`` times it; latency = the link's one-way latency plus uniform
+    jitter of ``jitter_share`` of it, as 200 ± 10 ms is for ``deco-5.2``)."""
+
+    kind: Literal["deco-5.2", "measured-link", "measured-link-varying"] = (
+        "measured-link-varying")
+    link: MeasuredLink | None = None
+    seed: int = 0
+    sigma: float = 0.3
+    reversion: float = 0.1
+    step_s: float = 5.0
+    duration_s: float = 3600.0
+    low_share: float = 0.25
+    high_share: float = 3.0
+    jitter_share: float = 0.05
+
+    @property
+    def varies(self) -> bool:
+        return True
+
+    @property
+    def measured(self) -> MeasuredLink:
+        assert self.link is not None
+        return self.link
+
+    @property
+    def mean_mbps(self) -> float:
+        return self.measured.bandwidth_mbps
+
+    @property
+    def latency_ms(self) -> float:
+        return self.measured.latency_ms
+
+    @property
+    def low_mbps(self) -> float:
+        return round(self.mean_mbps * self.low_share, 6)
+
+    @property
+    def high_mbps(self) -> float:
+        return round(self.mean_mbps * self.high_share, 6)
+
+    @property
+    def latency_jitter_ms(self) -> float:
+        return round(self.latency_ms * self.jitter_share, 6)
+
+    def build(self) -> Trace:
+        return random_walk(
+            mean_mbps=self.mean_mbps,
+            latency_ms=self.latency_ms,
+            duration_s=self.duration_s,
+            step_s=self.step_s,
+            sigma=self.sigma,
+            low_mbps=self.low_mbps,
+            high_mbps=self.high_mbps,
+            seed=self.seed,
+            latency_jitter_ms=self.latency_jitter_ms,
+            reversion=self.reversion,
+            stationary_mean=True,
+        )
+
+    def dsgd_fractions(self) -> dict[str, float]:
+        """At the link's mean bandwidth and latency (the measured link's figures)."""
+        return self.measured.dsgd_fractions()
+
+    @property
+    def description(self) -> str:
+        m = self.measured
+        return (
+            f"measured link AWS {m.region_a}-{m.region_b} (DT-FM) with sec. 5.2 variation: "
+            f"{_num(self.latency_ms)} +-{_num(self.latency_jitter_ms)} ms, bandwidth a log "
+            f"random walk with mean {_num(self.mean_mbps)} Mbit/s in [{_num(self.low_mbps)}, "
+            f"{_num(self.high_mbps)}], {_num(self.step_s)} s steps, {_num(self.duration_s)} s, "
+            f"seed {self.seed} [{PACK_LINE}]"
+        )
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return (*self.measured.sources, DECO_SOURCE)
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        s = math.sqrt(stationary_log_variance(self.sigma, self.reversion))
+        return (
+            f"mean bandwidth and one-way latency of {self.measured.name} (its choices: "
+            "one-way latency = DT-FM delay / 2; docs/traces.md)",
+            f"variation: the deco-5.2 recipe (the paper's section 5.2 says 'varying' and no "
+            f"more): AR(1) walk of log bandwidth every {_num(self.step_s)} s, step std "
+            f"{_num(self.sigma)}, reversion {_num(self.reversion)} per step (stationary std "
+            f"{s:.3g} in ln units), unclipped stationary mean {_num(self.mean_mbps)} Mbit/s, "
+            f"seed {self.seed}; clip [{_num(self.low_share)}, {_num(self.high_share)}] x the "
+            f"mean (the CNN traces' [5, 60] around 20); latency jitter +-"
+            f"{_num(100 * self.jitter_share)}% (200 +-10 ms in deco-5.2); "
+            f"{_num(self.duration_s)} s",
+        )
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.measured.notes
+
+    def constants(self) -> dict[str, Any]:
+        return {
+            "link": self.measured.name,
+            "mean_mbps": self.mean_mbps,
+            "latency_ms": self.latency_ms,
+            "low_mbps": self.low_mbps,
+            "high_mbps": self.high_mbps,
+            "sigma": self.sigma,
+            "reversion": self.reversion,
+            "latency_jitter_ms": self.latency_jitter_ms,
+            "step_s": self.step_s,
+            "duration_s": self.duration_s,
+            "seed": self.seed,
         }
 
 
@@ -519,8 +669,28 @@ MEASURED: tuple[MeasuredLink, ...] = (
 )
 """The measured links, each checked against DT-FM's repository at :data:`DTFM_COMMIT`."""
 
-PACK: dict[str, PackTrace] = {t.name: t for t in (*DECO52, *MEASURED)}
+VARYING: tuple[VaryingLink, ...] = tuple(
+    VaryingLink(name=f"{m.name}-varying", link=m, seed=5301 + i)
+    for i, m in enumerate(MEASURED))
+"""The measured links with the section-5.2 variation (Table 1 where adaptivity matters)."""
+
+PACK: dict[str, PackTrace] = {t.name: t for t in (*DECO52, *MEASURED, *VARYING)}
 """The manifest: pack trace name -> its entry."""
+
+
+def realisation(name: str, k: int) -> tuple[Trace, list[str]]:
+    """Realisation ``k`` of pack trace ``name`` and its file's comment lines: the entry's
+    header (its seed, in the description and choices) and a ``realisation:`` line. ``k = 0``
+    is the bundled file's trace; a trace that does not vary (a constant link) is the same
+    for every ``k``. Raises ``KeyError`` for a name outside the pack."""
+    entry = PACK[name]
+    drawn = entry.realised(k)
+    line = (f"realisation: {k} of {name}" + (
+        f", seed {drawn.seed} (seed {entry.seed} x {REALISATION_STRIDE} + {k}; realisation 0 "  # type: ignore[attr-defined]
+        "is the bundled file)" if drawn is not entry else
+        " (the bundled file)" if entry.varies else " (a constant link: every realisation is "
+        "the bundled file)"))
+    return drawn.build(), [*drawn.header_lines(), line]
 
 
 def pack_sources(name: str) -> tuple[str, ...]:
@@ -536,6 +706,10 @@ def extremes() -> list[tuple[str, str, float]]:
     out = []
     for trace in PACK.values():
         if isinstance(trace, MeasuredLink):
+            out.extend(
+                (trace.name, t, f) for t, f in trace.dsgd_fractions().items() if f < DSGD_FLOOR
+            )
+        elif isinstance(trace, VaryingLink):
             out.extend(
                 (trace.name, t, f) for t, f in trace.dsgd_fractions().items() if f < DSGD_FLOOR
             )

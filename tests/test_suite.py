@@ -12,8 +12,10 @@ from decobench.suite import (
     identity,
     load_suite,
     parse_suite,
+    realised_trace_path,
     shipped_suites,
     write_constant_traces,
+    write_realised_traces,
 )
 
 BASE = {
@@ -104,6 +106,62 @@ def test_identity_ignores_paths_but_not_content(tmp_path):
     copy.write_bytes(Path(__import__("decobench.netem.trace", fromlist=["x"]).resolve_trace_path(
         "wan-200ms-lowbw-varying")).read_bytes())
     assert identity(a) == identity(a.model_copy(update={"trace": str(copy)}))
+
+
+PER_SEED = {
+    "name": "t",
+    "conditions": {"deco52": {"trace": "deco52-cnn-fmnist", "per_seed_trace": True},
+                   "gpt2": {"regime": "paper:deco52-gpt2-wikitext", "per_seed_trace": True},
+                   "shaped": {"transmission_ratio": 2, "latency_ratio": 1,
+                              "ratio_shape": "aws-oregon-tokyo-varying",
+                              "per_seed_trace": True},
+                   "fixed": {"trace": "deco52-cnn-fmnist"}},
+    "experiments": [{"name": "e", "tasks": ["cnn-fmnist"],
+                     "conditions": ["deco52", "gpt2", "shaped", "fixed"],
+                     "methods": ["d-sgd"], "seeds": [0, 1, 2], "target": 0.7,
+                     "max_iters": 100}],
+}
+
+
+def test_per_seed_trace_gives_each_seed_its_own_realisation(tmp_path):
+    """Seed 0 reads the bundled file (its identity is that of a plain condition); seed s > 0
+    a realisation file written into the results folder's traces, whose identity counts its
+    content (not where the folder is), for a trace, a regime and a ratio shape alike."""
+    suite = parse_suite(PER_SEED, "s.yaml")
+    identities = {}
+    for where in ("a", "b"):
+        traces = tmp_path / where
+        write_realised_traces(suite, traces)
+        assert sorted(p.name for p in traces.iterdir()) == [
+            f"{name}-r{s}.csv" for name in ("aws-oregon-tokyo-varying", "deco52-cnn-fmnist",
+                                            "deco52-gpt2-wikitext") for s in (1, 2)]
+        cells = expand_cells(suite, traces)
+        identities[where] = [c.identity for c in cells]
+        by = {(c.config.condition, c.config.seed): c.config for c in cells}
+        assert by[("deco52", 0)].trace == "deco52-cnn-fmnist"
+        assert by[("deco52", 2)].trace == str(realised_trace_path(traces, "deco52-cnn-fmnist", 2))
+        assert by[("gpt2", 1)].regime == f"paper:{traces / 'deco52-gpt2-wikitext-r1.csv'}"
+        assert by[("shaped", 1)].ratio_shape == str(traces / "aws-oregon-tokyo-varying-r1.csv")
+        assert by[("fixed", 2)].trace == "deco52-cnn-fmnist"
+        # the per-seed condition's seed 0 is the plain condition's run
+        assert identity(by[("deco52", 0)].model_copy(update={"condition": "fixed"})) == \
+            identity(by[("fixed", 0)])
+        header = (traces / "deco52-cnn-fmnist-r1.csv").read_text().splitlines()
+        assert "# realisation: 1 of deco52-cnn-fmnist, seed 5201001" in " ".join(header[:12])
+    assert identities["a"] == identities["b"]
+    assert len(set(identities["a"])) == len(identities["a"])
+    before = (tmp_path / "a" / "deco52-cnn-fmnist-r1.csv").stat().st_mtime_ns
+    write_realised_traces(suite, tmp_path / "a")                      # resumed: left alone
+    assert (tmp_path / "a" / "deco52-cnn-fmnist-r1.csv").stat().st_mtime_ns == before
+
+
+def test_per_seed_trace_needs_a_generated_pack_trace(tmp_path):
+    for condition in ({"trace": "aws-oregon-tokyo"}, {"trace": "wan-200ms-lowbw-varying"},
+                      {"transmission_ratio": 2, "latency_ratio": 1}):
+        data = BASE | {"conditions": {"wan": condition | {"per_seed_trace": True}}}
+        message = _error(data, tmp_path)
+        assert "per_seed_trace draws realisations of a generated pack trace" in message
+        assert "deco52-cnn-fmnist" in message
 
 
 def test_duplicate_cells_are_rejected(tmp_path):

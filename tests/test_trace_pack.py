@@ -20,13 +20,17 @@ from decobench.netem.pack import (
     PACK_NAME,
     PACK_VERSION,
     PAPER_PROFILES,
+    REALISATION_STRIDE,
+    VARYING,
     Deco52Trace,
     MeasuredLink,
+    VaryingLink,
     dsgd_throughput_fraction,
     extremes,
     manifest,
     min_bandwidth_mbps,
     profile_fraction,
+    realisation,
 )
 from decobench.netem.trace import (
     TraceError,
@@ -84,9 +88,11 @@ def rows_fraction(task: str, name: str) -> list[float]:
 def test_pack_names_and_kinds() -> None:
     assert {t.name for t in DECO52} == DECO52_NAMES
     assert {t.name for t in MEASURED} == set(DTFM_VERIFIED)
-    assert set(PACK) == DECO52_NAMES | set(DTFM_VERIFIED)
+    assert set(PACK) == DECO52_NAMES | set(DTFM_VERIFIED) | {f"{n}-varying"
+                                                             for n in DTFM_VERIFIED}
     assert all(t.kind == "deco-5.2" for t in DECO52)
     assert all(t.kind == "measured-link" for t in MEASURED)
+    assert all(t.kind == "measured-link-varying" for t in VARYING)
     assert {t.task for t in DECO52} == set(PAPER_PROFILES)
     assert PACK_LINE == f"{PACK_NAME} {PACK_VERSION}" and PACK_VERSION
 
@@ -141,7 +147,8 @@ def test_manifest_is_json_and_cites_sources() -> None:
     assert data["version"] == PACK_VERSION and data["pack"] == PACK_NAME
     assert [t["name"] for t in data["traces"]] == list(PACK)
     for entry in data["traces"]:
-        assert entry["sources"] and entry["kind"] in ("deco-5.2", "measured-link")
+        assert entry["sources"] and entry["kind"] in ("deco-5.2", "measured-link",
+                                                      "measured-link-varying")
         assert entry["pack"] == PACK_LINE
 
 
@@ -236,7 +243,9 @@ def test_extremes_are_the_measured_links_below_the_floor_and_are_flagged_in_the_
             (fraction,) = rows_fraction(task, entry.name)
             if fraction < DSGD_FLOOR:
                 expected.add((entry.name, task))
-    assert {(name, task) for name, task, _ in extremes()} == expected
+    # a varying link is flagged where its mean (the measured link) is
+    varying = {(f"{name}-varying", task) for name, task in expected}
+    assert {(name, task) for name, task, _ in extremes()} == expected | varying
     # with the verified figures, GPT-2 drops below 1% on the two slowest links only
     assert expected == {
         ("aws-virginia-singapore", "gpt2-wikitext"),
@@ -307,3 +316,42 @@ def test_readme_and_docs_list_the_bundled_traces() -> None:
     assert PACK_LINE in docs
     for name in PACK:
         assert f"`{name}`" in docs, name
+
+
+# ------------------------------------------------------------------------------ realisations
+@pytest.mark.parametrize("entry", VARYING, ids=lambda t: t.name)
+def test_varying_link_walks_around_its_measured_link(entry: VaryingLink) -> None:
+    """The section-5.2 recipe around the link: clip [1/4, 3] x its bandwidth, latency
+    jitter 5% of its one-way latency, a realised mean within 20% of the link's."""
+    trace = load_trace(entry.name)
+    link = entry.measured
+    bandwidths = [a / 1e6 for a in trace.bandwidth_bps]
+    assert min(bandwidths) >= link.bandwidth_mbps / 4 - 1e-6
+    assert max(bandwidths) <= link.bandwidth_mbps * 3 + 1e-6
+    latencies = [b * 1e3 for b in trace.latency_s]
+    assert max(abs(b - link.latency_ms) for b in latencies) <= 0.05 * link.latency_ms + 1e-6
+    assert trace.mean_bandwidth_bps() / 1e6 == pytest.approx(link.bandwidth_mbps, rel=0.2)
+    assert entry.dsgd_fractions() == link.dsgd_fractions()
+
+
+def test_realisation_zero_is_the_bundled_file_and_others_are_new_draws() -> None:
+    """Realisation 0 is the bundled trace row for row; realisation k uses seed
+    seed · 1000 + k, named in its header; a constant link is the same in every one."""
+    bundled = load_trace("deco52-cnn-fmnist")
+    zero, header = realisation("deco52-cnn-fmnist", 0)
+    assert zero.bandwidth_bps == bundled.bandwidth_bps and zero.latency_s == bundled.latency_s
+    assert header[-1] == "realisation: 0 of deco52-cnn-fmnist (the bundled file)"
+    one, header = realisation("deco52-cnn-fmnist", 1)
+    seed = 5201 * REALISATION_STRIDE + 1
+    assert one.bandwidth_bps != bundled.bandwidth_bps
+    assert f"seed {seed}" in header[0] and header[-1].startswith(
+        f"realisation: 1 of deco52-cnn-fmnist, seed {seed}")
+    again, _ = realisation("deco52-cnn-fmnist", 1)
+    assert again.bandwidth_bps == one.bandwidth_bps                    # deterministic
+    constant_link, header = realisation("aws-oregon-tokyo", 3)
+    assert constant_link.bandwidth_bps == load_trace("aws-oregon-tokyo").bandwidth_bps
+    assert "every realisation is the bundled file" in header[-1]
+    with pytest.raises(KeyError):
+        realisation("wan-200ms-lowbw-varying", 1)                       # not in the pack
+    with pytest.raises(ValueError):
+        realisation("deco52-cnn-fmnist", -1)
