@@ -10,5 +10,7 @@ from decobench.baselines.cocktail import COCKTAIL_SGD_SPEC
 from decobench.baselines.cocktail_topk import COCKTAIL_TOPK_SPEC
 from decobench.baselines.dga import DGA_SPEC
 from decobench.baselines.dsgd import DSGD_SPEC
+from decobench.baselines.static_mean_plan import STATIC_MEAN_PLAN_SPEC
 
-BASELINE_SPECS = (DSGD_SPEC, ACCORDION_SPEC, DGA_SPEC, COCKTAIL_SGD_SPEC, COCKTAIL_TOPK_SPEC)
+BASELINE_SPECS = (DSGD_SPEC, ACCORDION_SPEC, DGA_SPEC, COCKTAIL_SGD_SPEC, COCKTAIL_TOPK_SPEC,
+                  STATIC_MEAN_PLAN_SPEC)

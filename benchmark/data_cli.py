@@ -8,18 +8,24 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-DEFAULT_SOURCE = Path("../shared/data/fashion-mnist-mini")
-"""The offline Fashion-MNIST slice beside the checkout (relative to the project root)."""
+DEFAULT_SOURCE = Path("../shared/data/cifar10-mini")
+"""The offline slice of the real CIFAR-10 beside the checkout (relative to the project root),
+which the ImageNet stand-in is built from."""
 
 
 def add_standins_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``decobench data standins`` (and ``python -m decobench.tasks.standins``)."""
     parser.add_argument("--out", required=True, metavar="DIR",
-                        help="output folder: DIR/cifar10 (--data-root of cnn-cifar10), "
-                        "DIR/imagenet (--data-root of vit-imagenet), DIR/README.txt")
-    parser.add_argument("--fmnist-root", default=str(DEFAULT_SOURCE), metavar="DIR",
-                        help="Fashion-MNIST root holding FashionMNIST/raw/*-ubyte (default "
-                        f"{DEFAULT_SOURCE}, the offline slice beside the checkout)")
+                        help="output folder: DIR/imagenet (--data-root of vit-imagenet) and "
+                        "DIR/README.txt")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--cifar10-root", default=str(DEFAULT_SOURCE), metavar="DIR",
+                        help="CIFAR-10 root holding cifar-10-batches-py/ (default "
+                        f"{DEFAULT_SOURCE}, the offline slice of the real CIFAR-10 beside the "
+                        "checkout)")
+    source.add_argument("--download", action="store_true",
+                        help="download the full CIFAR-10 (torchvision, into "
+                        "~/.cache/decobench/data) and build from it")
     parser.add_argument("--limit", type=int, metavar="N",
                         help="keep only the first N images of each split (default: all)")
     parser.add_argument("--overwrite", action="store_true",
@@ -53,11 +59,12 @@ def add_data_parser(subparsers: Any) -> None:
                                  description="Offline data sets for the benchmark's tasks.")
     sub = data.add_subparsers(dest="data_command", metavar="COMMAND", required=True)
     standins = sub.add_parser(
-        "standins", help="CIFAR-10 and ImageNet stand-ins built from Fashion-MNIST",
-        description="Build a CIFAR-10 stand-in (python pickle format) and an ImageNet stand-in "
-        "(ImageFolder of PNGs) from a Fashion-MNIST root, byte for byte reproducibly. They "
-        "are labelled as stand-ins (STANDIN.txt, and each run's data_source): accuracies on "
-        "them are not comparable to CIFAR-10 or ImageNet results.")
+        "standins", help="an ImageNet stand-in built from CIFAR-10 images",
+        description="Build an ImageNet stand-in (ImageFolder of PNGs) from a CIFAR-10 root "
+        "(natural images; by default the offline slice of the real CIFAR-10), byte for byte "
+        "reproducibly. It is labelled as a stand-in (STANDIN.txt, and each run's "
+        "data_source): accuracies on it are not comparable to ImageNet results. CNN@CIFAR-10 "
+        "needs no stand-in: it reads the CIFAR-10 slice itself.")
     add_standins_arguments(standins)
     standins.set_defaults(func=_standins)
     fetch = sub.add_parser(

@@ -248,7 +248,7 @@ class ModelLearner:
                           device=device, seed=config.seed,
                           iterations_per_epoch=self.batches.iterations_per_epoch,
                           max_iters=run.max_iters, gradient_rows=None if local == n else local,
-                          first_worker=held.start),
+                          first_worker=held.start, condition=run.condition_means(layout.d)),
             run.options)
         if run.replay is not None and not self.method.replay(run.replay):
             raise DecobenchError(f"method {config.method} cannot follow a recorded schedule "

@@ -350,7 +350,12 @@ def _condition_values(name: str, spec: ConditionSpec, traces_dir: Path,
     if spec.per_seed_trace and seed > 0:
         pack_trace = spec.pack_trace
         assert pack_trace is not None
-        path = str(realised_trace_path(traces_dir, pack_trace, seed))
+        realised = realised_trace_path(traces_dir, pack_trace, seed)
+        if not realised.is_file():
+            raise DecobenchError(f"condition {name}: {realised} is missing: realisations of "
+                                 "per_seed_trace conditions are written by "
+                                 "write_realised_traces (decobench sweep does this first)")
+        path = str(realised)
         if spec.regime is not None:
             from decobench.regime import parse_regime
 

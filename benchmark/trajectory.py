@@ -233,7 +233,7 @@ def decision_policy(run: Any, d: int) -> DecisionPolicy | None:
         return None
     context = MethodContext(d=d, workers=run.config.workers, topology=run.config.topology,
                             optimizer=run.optimizer, seed=run.config.seed,
-                            max_iters=run.max_iters)
+                            max_iters=run.max_iters, condition=run.condition_means(d))
     return factory(context, run.options)
 
 

@@ -63,6 +63,9 @@ DECO = "deco-sgd"
 """The paper's DeCo-SGD: the label the paper's claims are judged on (variants have others)."""
 STATIC = "cocktail-sgd-topk"
 """The paper's static strategy (its 'CocktailSGD' row: Top-k at DeCo's first plan)."""
+STATIC_MEAN = "static-mean-plan"
+"""The static strategy at DeCo's plan for the condition's mean (not the paper's; the second
+rival of the 1.37x claim, which the first plan's draw does not decide)."""
 D_SGD = "d-sgd"
 EXTREME_SHARE = 0.01
 """D-SGD below this compute share (1 − bubble fraction) marks a condition as extreme."""
@@ -106,6 +109,7 @@ def base_verdict(verdict: str) -> str:
 
 SUITES_WITH = {
     "main": ("smoke", "cpu-paper", "paper"),
+    "static-mean": ("cpu-paper",),
     "table1": ("smoke", "cpu-paper", "paper"),
     "vit-targets": ("cpu-paper", "paper"),
     "scaling": ("cpu-paper", "scaling"),
@@ -430,7 +434,8 @@ def up_to(runs: Sequence[Run], baseline: str, paper: float, claim: str) -> Claim
              for key, by in cells(runs, ("main", "table1")).items()
              if DECO in by and baseline in by and key not in extreme]
     if not found:
-        return _not_run(claim, f"{paper:g}x", "main",
+        return _not_run(claim, f"{paper:g}x", "static-mean" if baseline == STATIC_MEAN
+                        else "main",
                         f"{DECO} and {baseline} runs in one main or Table-1 condition", rule)
     near, where = nearest_regime(found)
     notes = [where] + ([f"{len(extreme)} extreme cell(s) left out"] if extreme else [])
@@ -855,6 +860,9 @@ def claim_rows(runs: Sequence[Run], groups: Sequence[TheoryGroup]) -> list[Claim
         up_to(runs, D_SGD, 5.07, "DeCo-SGD up to 5.07x faster than D-SGD (time to target)"),
         up_to(runs, STATIC, 1.37, "DeCo-SGD up to 1.37x faster than the static strategy "
               "(the paper's CocktailSGD setup: Top-k at DeCo's first plan, cocktail-sgd-topk)"),
+        up_to(runs, STATIC_MEAN, 1.37, "Static plan for the condition's mean: DeCo-SGD up "
+              "to 1.37x faster than it (Top-k at DeCo's plan for the trace's mean bandwidth, "
+              "latency and T, static-mean-plan; not the paper's rival)"),
         growing_with_target(runs),
         fastest_in_table1(runs),
         kept_with_workers(runs),

@@ -14,9 +14,10 @@ from typing import Any
 
 from decobench.reports.stats import Obs, ratio
 
-REFERENCES = ("d-sgd", "cocktail-sgd-topk", "cocktail-sgd")
-"""The labels every other is compared with: D-SGD, the paper's static strategy (its
-'CocktailSGD' row: Top-k at DeCo's first plan), and CocktailSGD with its own compressor."""
+REFERENCES = ("d-sgd", "cocktail-sgd-topk", "static-mean-plan", "cocktail-sgd")
+"""The labels every other is compared with (where present): D-SGD, the paper's static
+strategy (its 'CocktailSGD' row: Top-k at DeCo's first plan), the static strategy at DeCo's
+plan for the condition's mean, and CocktailSGD with its own compressor."""
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import pytest
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 FMNIST_MINI = SHARED_DATA / "fashion-mnist-mini"
+CIFAR10_MINI = SHARED_DATA / "cifar10-mini"
 
 
 @pytest.fixture(scope="session")
@@ -15,6 +16,15 @@ def fmnist_root() -> Path:
         pytest.fail(f"offline Fashion-MNIST slice missing at {FMNIST_MINI} "
                     "(the project expects ../shared beside the checkout)")
     return FMNIST_MINI
+
+
+@pytest.fixture(scope="session")
+def cifar10_root() -> Path:
+    """The slice of the real CIFAR-10 (python batches; ../shared/data/README.md)."""
+    if not (CIFAR10_MINI / "cifar-10-batches-py" / "test_batch").is_file():
+        pytest.fail(f"offline CIFAR-10 slice missing at {CIFAR10_MINI} "
+                    "(the project expects ../shared beside the checkout)")
+    return CIFAR10_MINI
 
 
 @pytest.fixture(autouse=True)

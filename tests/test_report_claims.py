@@ -88,7 +88,7 @@ def test_without_runs_every_claim_is_not_run_and_names_its_suites(tmp_path):
     run_dir(tmp_path, method="accordion")
     runs = load_runs(tmp_path).runs
     rows = claim_rows(runs, analyse(runs))
-    assert len(rows) == 8
+    assert len(rows) == 9
     for row in rows:
         assert row.verdict == NOT_RUN
         assert "runs are in the suites" in row.rule and "`cpu-paper`" in row.rule
@@ -372,11 +372,14 @@ def test_dsgd_collapse_below_one_gbps(tmp_path):
 
 @pytest.mark.parametrize("kind", sorted(SUITES_WITH))
 def test_named_suites_hold_runs_of_that_kind(kind):
-    role = {"vit-targets": "main", "throughput": "main"}.get(kind, kind)
+    role = {"vit-targets": "main", "throughput": "main", "static-mean": "main"}.get(kind, kind)
     for name in SUITES_WITH[kind]:
         suite, _ = load_suite(name)
         roles = {e.role or "main" for e in suite.experiments}
         assert role in roles, f"suite {name} has no {role} experiment for {kind} claims"
+        if kind == "static-mean":
+            assert any("static-mean-plan" in str(e.methods) and e.role in (None, "main")
+                       for e in suite.experiments), name
         if kind == "vit-targets":
             assert any("vit-imagenet" in e.tasks and e.role in (None, "main")
                        for e in suite.experiments), name
@@ -405,7 +408,7 @@ def test_regime_map_cells_and_report_sections(tmp_path):
     assert text.index("## Claims") < text.index("## Rules") < text.index("## Regime map")
     assert "regime-map__cnn-fmnist__w4" in out.figures
     verdicts = [row["verdict"] for row in out.rows["claims"]]
-    assert len(verdicts) == 8 and set(verdicts) <= set(VERDICTS)
+    assert len(verdicts) == 9 and set(verdicts) <= set(VERDICTS)
 
 
 def _paper_view(latency_ms: float, bandwidth_mbps: float, rho: float, lam: float) -> dict:

@@ -155,6 +155,11 @@ def test_per_seed_trace_gives_each_seed_its_own_realisation(tmp_path):
     assert (tmp_path / "a" / "deco52-cnn-fmnist-r1.csv").stat().st_mtime_ns == before
 
 
+def test_a_missing_realisation_file_says_who_writes_it(tmp_path):
+    message = _error(PER_SEED, tmp_path)
+    assert "deco52-cnn-fmnist-r1.csv" in message and "write_realised_traces" in message
+
+
 def test_per_seed_trace_needs_a_generated_pack_trace(tmp_path):
     for condition in ({"trace": "aws-oregon-tokyo"}, {"trace": "wan-200ms-lowbw-varying"},
                       {"transmission_ratio": 2, "latency_ratio": 1}):
@@ -174,6 +179,7 @@ def test_shipped_suites_are_valid(name, tmp_path):
     suite, path = load_suite(name)
     assert suite.name == name == path.stem and suite.cost and suite.description
     write_constant_traces(suite, tmp_path)
+    write_realised_traces(suite, tmp_path)
     cells = expand_cells(suite, tmp_path)
     assert cells and all(c.config.suite == name for c in cells)
     assert yaml.safe_load(path.read_text())["name"] == name

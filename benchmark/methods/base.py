@@ -43,6 +43,17 @@ class MethodOptions(BaseModel):
 
 
 @dataclass(frozen=True)
+class ConditionMeans:
+    """The network condition's means, known before the run from its trace: the trace's
+    time-weighted mean bandwidth (bit/s) and one-way latency (s) over one period, and the
+    compute time T (s)."""
+
+    bandwidth_bps: float
+    latency_s: float
+    compute_s: float
+
+
+@dataclass(frozen=True)
 class MethodContext:
     """What a method may know about the run before it starts.
 
@@ -51,7 +62,10 @@ class MethodContext:
     iteration budget; ``seed`` the run seed (for shared randomness such as a sample mask);
     ``gradient_rows`` how many workers' gradients one process holds (None: all n);
     ``first_worker`` the index of the first of them (the rank on the emulated backend), so a
-    method knows whether this process holds worker 0.
+    method knows whether this process holds worker 0. ``condition`` holds the network's
+    means from its trace (None where unknown, e.g. a measured T): only for baselines
+    planned ahead from the whole condition, such as ``static-mean-plan``; an online method
+    learns the network from its :class:`Observation` s alone.
     """
 
     d: int
@@ -65,6 +79,7 @@ class MethodContext:
     max_iters: int | None = None
     gradient_rows: int | None = None
     first_worker: int = 0
+    condition: ConditionMeans | None = None
 
     @property
     def local_workers(self) -> int:

@@ -87,7 +87,7 @@ class Cifar10Data(TaskData):
         return normalise(self.train_images[indices]), self.train_targets[indices]
 
 
-def _split(dataset: CIFAR10) -> tuple[Tensor, Tensor]:
+def split_tensors(dataset: CIFAR10) -> tuple[Tensor, Tensor]:
     """(uint8 images [N, 3, 32, 32], int64 labels [N]) of a loaded torchvision split."""
     images = torch.from_numpy(np.ascontiguousarray(dataset.data)).permute(0, 3, 1, 2)
     labels = torch.as_tensor(dataset.targets, dtype=torch.long)
@@ -251,8 +251,8 @@ class CnnCifar10(ClassificationTask):
         root = Path(data_root) if data_root is not None else default_data_root()
         loader = CIFAR10 if download else LocalCIFAR10
         try:
-            train = _split(loader(str(root), train=True, download=download))
-            test = _split(loader(str(root), train=False, download=download))
+            train = split_tensors(loader(str(root), train=True, download=download))
+            test = split_tensors(loader(str(root), train=False, download=download))
         except PARSE_ERRORS as exc:
             raise DecobenchError(f"CIFAR-10 at {root / BASE_FOLDER} is not in the python "
                                  f"pickle format ({type(exc).__name__}: {exc})") from exc

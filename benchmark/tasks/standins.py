@@ -1,29 +1,25 @@
-"""Offline STAND-INS for CIFAR-10 and ImageNet, built from a Fashion-MNIST root (e.g. the
-mini slice ``../shared/data/fashion-mnist-mini``), in the real on-disk formats that the
-cnn-cifar10 and vit-imagenet loaders read.
+"""The offline ImageNet STAND-IN, built from a CIFAR-10 root (the real slice
+``../shared/data/cifar10-mini``, or the full CIFAR-10 python version) in the ImageFolder
+layout that the vit-imagenet loader reads.
 
-No CIFAR-10 or ImageNet copy exists offline, but a CPU tier must still run those two tasks
-on real images. ``build_standins(source, out)`` writes, deterministically and byte for byte
-reproducibly (no timestamps or absolute paths; pickles and PNGs are encoded by hand, so no
-library version changes a byte):
+No ImageNet copy exists offline, but a CPU tier must still run ViT@ImageNet on natural
+images. ``build_standins(source, out)`` writes, deterministically and byte for byte
+reproducibly (no timestamps or absolute paths; PNGs are encoded by hand, so no library
+version changes a byte), ``out/imagenet/``: ``--data-root`` of vit-imagenet, the ImageFolder
+layout ``train/<class>/*.png`` and ``val/<class>/*.png`` (CIFAR-10's training batches as
+train, its test batch as val), the 32x32 RGB images as they are.
 
-- ``out/cifar10/``: ``--data-root`` of cnn-cifar10. ``cifar-10-batches-py/data_batch_1..5``,
-  ``test_batch`` and ``batches.meta``: the CIFAR-10 python version
-  (:func:`decobench.tasks.cnn_cifar10.write_cifar_format`), uint8 3x32x32 images.
-- ``out/imagenet/``: ``--data-root`` of vit-imagenet. The ImageFolder layout
-  ``train/<class>/*.png`` and ``val/<class>/*.png`` (Fashion-MNIST's train split as train,
-  its test split as val), 32x32 RGB PNGs.
+The 10 classes keep CIFAR-10's labels and are named ``cifar10-standin-<label>-<name>`` (the
+label first, so ImageFolder's sorted folders keep the label order). The data root holds
+:data:`~decobench.tasks.base.STANDIN_MARKER` (``STANDIN.txt``), whose first line the loader
+appends to the run's ``data_source``; ``out/README.txt`` says the same for people.
+Accuracies on these data are CIFAR-10 accuracies: **not comparable** to ImageNet results.
 
-Each image is a 28x28 Fashion-MNIST image padded with a 2-pixel black border (Fashion-MNIST's
-background is 0) to 32x32 and copied into R, G and B: the same pixels in both formats. The
-10 classes keep Fashion-MNIST's labels and are named ``fmnist-standin-<label>-<name>`` (the
-label first, so ImageFolder's sorted folders keep the label order). Each data root holds
-:data:`~decobench.tasks.base.STANDIN_MARKER` (``STANDIN.txt``), whose first line the
-loaders append to the run's ``data_source``; ``out/README.txt`` says the same for people.
-Accuracies on these data are Fashion-MNIST accuracies: **not comparable** to CIFAR-10 or
-ImageNet results.
+CNN@CIFAR-10 needs no stand-in: it reads the real CIFAR-10 slice. (Until 2026-11-27 both
+stand-ins were Fashion-MNIST pixels, padded and copied into R, G and B; issue 39.)
 
-    decobench data standins --out DIR [--fmnist-root DIR] [--limit N] [--overwrite]
+    decobench data standins --out DIR [--cifar10-root DIR | --download] [--limit N]
+                            [--overwrite]
     python -m decobench.tasks.standins --out DIR ...
 """
 
@@ -31,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import re
 import shutil
 import struct
 import sys
@@ -42,33 +37,34 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch.nn.functional as F
 from torch import Tensor
 
 from decobench.data_cli import DEFAULT_SOURCE, add_standins_arguments
 from decobench.errors import DecobenchError
 from decobench.tasks.base import STANDIN_MARKER
-from decobench.tasks.cnn_cifar10 import write_cifar_format
-from decobench.tasks.cnn_fmnist import RAW_FILES
+from decobench.tasks.cnn_cifar10 import (
+    BASE_FOLDER,
+    CLASSES,
+    DATA_FILES,
+    PARSE_ERRORS,
+    LocalCIFAR10,
+    split_tensors,
+)
+from decobench.tasks.cnn_fmnist import default_data_root
 
-FMNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
-                  "Sneaker", "Bag", "Ankle boot")
-"""Fashion-MNIST's label names, in label order (torchvision ``FashionMNIST.classes``)."""
-
-CLASS_NAMES = tuple(f"fmnist-standin-{i}-" + re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-                    for i, name in enumerate(FMNIST_CLASSES))
-"""``fmnist-standin-0-t-shirt-top`` ... ``fmnist-standin-9-ankle-boot``: the stand-ins'
-class names (CIFAR ``label_names``, ImageFolder class folders)."""
+CLASS_NAMES = tuple(f"cifar10-standin-{i}-{name}" for i, name in enumerate(CLASSES))
+"""``cifar10-standin-0-airplane`` ... ``cifar10-standin-9-truck``: the stand-in's class
+folders."""
 
 README = "README.txt"
-CIFAR_DIR, IMAGENET_DIR = "cifar10", "imagenet"
+IMAGENET_DIR = "imagenet"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 @dataclass(frozen=True)
-class FashionMnistSource:
-    """The uint8 ``[N, 28, 28]`` images and int64 labels of a Fashion-MNIST root, and what
-    identifies it (folder name, SHA-256 of each raw IDX file)."""
+class Cifar10Source:
+    """The uint8 ``[N, 3, 32, 32]`` images and int64 labels of a CIFAR-10 root, and what
+    identifies it (folder name, SHA-256 of each batch file)."""
 
     train_images: Tensor
     train_labels: Tensor
@@ -83,7 +79,6 @@ class StandinBuild:
     """What :func:`build_standins` wrote."""
 
     out: Path
-    cifar10: Path
     imagenet: Path
     train_images: int
     test_images: int
@@ -91,33 +86,35 @@ class StandinBuild:
     bytes: int
 
 
-def read_fashion_mnist(root: Path) -> FashionMnistSource:
-    """Fashion-MNIST from ``root/FashionMNIST/raw/*-ubyte`` (torchvision's layout, no
-    download); a one-line DecobenchError when the files are missing."""
-    from torchvision.datasets import FashionMNIST
+def read_cifar10(root: Path | None) -> Cifar10Source:
+    """CIFAR-10 from ``root/cifar-10-batches-py`` (the python version, read as torchvision
+    reads it with the MD5 check off: the slice's files are cut short); ``root=None``
+    downloads the full data set with torchvision into the default data root. A one-line
+    DecobenchError when the files are missing or unreadable."""
+    if root is None:
+        from torchvision.datasets import CIFAR10
 
-    raw = Path(root) / "FashionMNIST" / "raw"
-    missing = [f for f in RAW_FILES if not (raw / f).is_file()]
-    if missing:
-        raise DecobenchError(
-            f"--fmnist-root {root}: no Fashion-MNIST at {raw} (missing {', '.join(missing)}); "
-            "point --fmnist-root at a folder holding FashionMNIST/raw/*-ubyte, e.g. "
-            f"{DEFAULT_SOURCE}")
+        root, loader = default_data_root(), CIFAR10
+        download = True
+    else:
+        folder = Path(root) / BASE_FOLDER
+        missing = [f for f in DATA_FILES if not (folder / f).is_file()]
+        if missing:
+            raise DecobenchError(
+                f"--cifar10-root {root}: no CIFAR-10 python version at {folder} (missing "
+                f"{', '.join(missing)}); point --cifar10-root at a folder holding "
+                f"{BASE_FOLDER}/, e.g. {DEFAULT_SOURCE}, or pass --download")
+        loader, download = LocalCIFAR10, False
     try:
-        train = FashionMNIST(str(root), train=True, download=False)
-        test = FashionMNIST(str(root), train=False, download=False)
-    except (RuntimeError, ValueError, OSError) as exc:
-        raise DecobenchError(f"--fmnist-root {root}: not readable as Fashion-MNIST IDX files "
-                             f"({type(exc).__name__}: {exc})") from exc
-    digests = {f: hashlib.sha256((raw / f).read_bytes()).hexdigest() for f in RAW_FILES}
-    return FashionMnistSource(train.data, train.targets.long(), test.data, test.targets.long(),
-                              Path(root).resolve().name, digests)
-
-
-def rgb32(images: Tensor) -> Tensor:
-    """uint8 ``[N, 28, 28]`` grey → uint8 ``[N, 3, 32, 32]``: a 2-pixel black border, the
-    grey value in R, G and B."""
-    return F.pad(images, (2, 2, 2, 2)).unsqueeze(1).expand(-1, 3, -1, -1).contiguous()
+        train = split_tensors(loader(str(root), train=True, download=download))
+        test = split_tensors(loader(str(root), train=False, download=download))
+    except (*PARSE_ERRORS, RuntimeError, OSError) as exc:
+        raise DecobenchError(f"--cifar10-root {root}: not readable as CIFAR-10 python "
+                             f"batches ({type(exc).__name__}: {exc})") from exc
+    folder = Path(root) / BASE_FOLDER
+    digests = {f: hashlib.sha256((folder / f).read_bytes()).hexdigest() for f in DATA_FILES}
+    return Cifar10Source(train[0], train[1], test[0], test[1], Path(root).resolve().name,
+                         digests)
 
 
 def png_bytes(image: np.ndarray) -> bytes:
@@ -145,21 +142,22 @@ def png_bytes(image: np.ndarray) -> bytes:
     return PNG_SIGNATURE + chunk(b"IHDR", header) + chunk(b"IDAT", stream) + chunk(b"IEND", b"")
 
 
-def _label(source: FashionMnistSource, train: int, test: int, instead_of: str) -> str:
-    return (f"STAND-IN: built from Fashion-MNIST ({source.name}, {train} train / {test} test "
-            f"images), not {instead_of}; accuracies are not comparable to {instead_of} results")
+def _label(source: Cifar10Source, train: int, test: int) -> str:
+    return (f"STAND-IN: built from CIFAR-10 ({source.name}, {train} train / {test} test "
+            "images), not ImageNet; accuracies are not comparable to ImageNet results")
 
 
-def _marker(label: str, source: FashionMnistSource, what: str, limit: int | None) -> str:
-    """The STANDIN.txt of one data root: the label line (read by the loaders), then details."""
+def _marker(label: str, source: Cifar10Source, limit: int | None) -> str:
+    """The STANDIN.txt of the data root: the label line (read by the loader), then details."""
     lines = [label, "",
-             f"What: {what}",
-             "Images: each 28x28 Fashion-MNIST image padded with a 2-pixel black border to "
-             "32x32 and copied into R, G and B; Fashion-MNIST's train split is the training "
-             "split, its test split the test/validation split.",
-             "Classes: Fashion-MNIST's 10 labels, named " + ", ".join(CLASS_NAMES) + ".",
+             "What: an ImageNet stand-in in the ImageFolder layout (train/CLASS/*.png, "
+             "val/CLASS/*.png), for decobench run --task vit-imagenet --data-root <this folder>",
+             "Images: CIFAR-10's 32x32 RGB images as they are (natural images, lossless PNG); "
+             "its training batches are the training split, its test batch the validation "
+             "split.",
+             "Classes: CIFAR-10's 10 labels, named " + ", ".join(CLASS_NAMES) + ".",
              f"Limit: {'none' if limit is None else f'the first {limit} images of each split'}.",
-             f"Source: Fashion-MNIST root {source.name!r}, raw files (sha256):"]
+             f"Source: CIFAR-10 root {source.name!r}, batch files (sha256):"]
     lines += [f"  {name} {digest}" for name, digest in source.digests.items()]
     lines += ["Built by: decobench data standins (benchmark/tasks/standins.py); rebuilding "
               "from the same source gives the same bytes.",
@@ -190,13 +188,13 @@ def _is_standin_folder(folder: Path) -> bool:
     return readme.is_file() and readme.read_text(errors="replace").startswith("STAND-IN")
 
 
-def build_standins(source_root: Path, out: Path, limit: int | None = None,
+def build_standins(source_root: Path | None, out: Path, limit: int | None = None,
                    overwrite: bool = False) -> StandinBuild:
-    """Write the CIFAR-10 and ImageNet stand-ins of ``source_root`` (a Fashion-MNIST root)
-    to ``out/cifar10`` and ``out/imagenet`` (see the module docstring). ``limit`` keeps the
-    first images of each split. The tree is built in ``out.partial`` and renamed, so ``out``
-    is complete or absent; an existing ``out`` is replaced only with ``overwrite`` and only
-    when it is an earlier stand-in build."""
+    """Write the ImageNet stand-in of ``source_root`` (a CIFAR-10 root; ``None``: download
+    CIFAR-10) to ``out/imagenet`` (see the module docstring). ``limit`` keeps the first
+    images of each split. The tree is built in ``out.partial`` and renamed, so ``out`` is
+    complete or absent; an existing ``out`` is replaced only with ``overwrite`` and only when
+    it is an earlier stand-in build."""
     if limit is not None and limit < 1:
         raise DecobenchError(f"--limit {limit}: give a positive number of images per split")
     out = Path(out)
@@ -208,61 +206,48 @@ def build_standins(source_root: Path, out: Path, limit: int | None = None,
         if not _is_standin_folder(out):
             raise DecobenchError(f"--out {out} is not a stand-in build (no {README} starting "
                                  "with STAND-IN); refusing to replace it")
-    source = read_fashion_mnist(Path(source_root))
-    train_images, train_labels = rgb32(source.train_images[:limit]), source.train_labels[:limit]
-    test_images, test_labels = rgb32(source.test_images[:limit]), source.test_labels[:limit]
+    source = read_cifar10(None if source_root is None else Path(source_root))
+    train_images, train_labels = source.train_images[:limit], source.train_labels[:limit]
+    test_images, test_labels = source.test_images[:limit], source.test_labels[:limit]
     n_train, n_test = len(train_labels), len(test_labels)
 
     staging = out.with_name(out.name + ".partial")
     if staging.exists():
         shutil.rmtree(staging)                 # an interrupted earlier build
-    cifar_label = _label(source, n_train, n_test, "CIFAR-10")
-    imagenet_label = _label(source, n_train, n_test, "ImageNet")
-    size = _write(staging / CIFAR_DIR / STANDIN_MARKER, _marker(
-        cifar_label, source, "a CIFAR-10 stand-in in CIFAR-10's python pickle format "
-        "(cifar-10-batches-py/), for decobench run --task cnn-cifar10 --data-root <this "
-        "folder>", limit).encode())
-    folder = write_cifar_format(staging / CIFAR_DIR, train_images, train_labels, test_images,
-                                test_labels, label_names=CLASS_NAMES)
-    size += sum(p.stat().st_size for p in folder.iterdir())
-    size += _write(staging / IMAGENET_DIR / STANDIN_MARKER, _marker(
-        imagenet_label, source, "an ImageNet stand-in in the ImageFolder layout (train/CLASS/"
-        "*.png, val/CLASS/*.png), for decobench run --task vit-imagenet --data-root <this "
-        "folder>", limit).encode())
+    label = _label(source, n_train, n_test)
+    size = _write(staging / IMAGENET_DIR / STANDIN_MARKER,
+                  _marker(label, source, limit).encode())
     size += _write_image_folder(staging / IMAGENET_DIR, "train", train_images, train_labels)
     size += _write_image_folder(staging / IMAGENET_DIR, "val", test_images, test_labels)
     size += _write(staging / README, (
-        "STAND-IN data sets built from Fashion-MNIST, NOT CIFAR-10 and NOT ImageNet: accuracies "
-        "on them are not comparable to CIFAR-10 or ImageNet results.\n\n"
-        f"{CIFAR_DIR}/   {cifar_label}\n"
-        f"            decobench run --task cnn-cifar10 --data-root {CIFAR_DIR} ...\n"
-        f"{IMAGENET_DIR}/  {imagenet_label}\n"
+        "STAND-IN data set built from CIFAR-10, NOT ImageNet: accuracies on it are not "
+        "comparable to ImageNet results.\n\n"
+        f"{IMAGENET_DIR}/  {label}\n"
         f"            decobench run --task vit-imagenet --data-root {IMAGENET_DIR} ...\n\n"
-        f"Details: {CIFAR_DIR}/{STANDIN_MARKER} and {IMAGENET_DIR}/{STANDIN_MARKER}. Runs on "
-        "these folders carry the first line of STANDIN.txt in config.yaml (data_source).\n"
-        ).encode())
+        f"Details: {IMAGENET_DIR}/{STANDIN_MARKER}. Runs on this folder carry the first line "
+        "of STANDIN.txt in config.yaml (data_source).\n").encode())
     if out.exists():
         shutil.rmtree(out)
     staging.rename(out)
     files = sum(1 for p in out.rglob("*") if p.is_file())
-    return StandinBuild(out=out, cifar10=out / CIFAR_DIR, imagenet=out / IMAGENET_DIR,
-                        train_images=n_train, test_images=n_test, files=files, bytes=size)
+    return StandinBuild(out=out, imagenet=out / IMAGENET_DIR, train_images=n_train,
+                        test_images=n_test, files=files, bytes=size)
 
 
 def cmd_standins(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    build = build_standins(Path(args.fmnist_root), Path(args.out), args.limit, args.overwrite)
-    print(f"wrote STAND-IN data (Fashion-MNIST, not CIFAR-10/ImageNet) to {build.out}: "
-          f"{build.train_images} train / {build.test_images} test images, {build.files} files, "
-          f"{build.bytes / 1e6:.1f} MB, in {time.perf_counter() - start:.1f} s\n"
-          f"  cnn-cifar10:  --data-root {build.cifar10}\n"
+    source = None if args.download else Path(args.cifar10_root)
+    build = build_standins(source, Path(args.out), args.limit, args.overwrite)
+    print(f"wrote an ImageNet STAND-IN (CIFAR-10 images, not ImageNet) to {build.out}: "
+          f"{build.train_images} train / {build.test_images} val images, {build.files} "
+          f"files, {build.bytes / 1e6:.1f} MB, in {time.perf_counter() - start:.1f} s\n"
           f"  vit-imagenet: --data-root {build.imagenet}")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m decobench.tasks.standins",
-                                     description="Build the CIFAR-10 and ImageNet stand-ins "
+                                     description="Build the ImageNet stand-in from CIFAR-10 "
                                      "(see decobench data standins --help).")
     add_standins_arguments(parser)
     args = parser.parse_args(argv)
