@@ -46,6 +46,7 @@ from decobench.reports.tables import (
     has_target,
     runs_table,
     scaling_table,
+    time_table,
     ttt_table,
 )
 
@@ -238,6 +239,9 @@ def build(rs: RunSet) -> tuple[list[Block], list[Table], list[figs.FigureFile]]:
     else:
         blocks.append(_skip("no static DD-EF-SGD grid in these runs (dd-ef-sgd at two or "
                             "more (δ, τ) pairs for one task, condition and workers)"))
+
+    blocks.append(Heading(2, "Where the time goes"))
+    add_table(time_table(runs))
 
     blocks.append(Heading(2, "Every run"))
     add_table(runs_table(runs))

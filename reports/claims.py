@@ -213,18 +213,10 @@ def model_text(runs: Sequence[Run]) -> str:
     return "; ".join(parts) or "-"
 
 
-def data_kind(run: Run) -> str:
-    """``full``, ``slice`` or ``stand-in`` (config.yaml's ``data_kind``; runs written before
-    it existed: ``stand-in`` from ``data_source``, else ``not recorded``)."""
-    if run.standin:
-        return "stand-in"
-    return str(run.config.get("data_kind") or "not recorded")
-
-
 def data_text(runs: Sequence[Run]) -> str:
     parts = []
     for task, rs in sorted(group(runs, lambda r: r.task).items()):
-        parts.append(f"{task}: {'/'.join(sorted({data_kind(r) for r in rs}))}")
+        parts.append(f"{task}: {'/'.join(sorted({r.data_kind for r in rs}))}")
     return "; ".join(parts) or "-"
 
 

@@ -78,6 +78,14 @@ class Run:
         return "STAND-IN" in str(self.config.get("data_source") or "")
 
     @property
+    def data_kind(self) -> str:
+        """``full``, ``slice`` or ``stand-in`` (config.yaml's ``data_kind``; runs written
+        before it existed: ``stand-in`` from ``data_source``, else ``not recorded``)."""
+        if self.standin:
+            return "stand-in"
+        return str(self.config.get("data_kind") or "not recorded")
+
+    @property
     def method(self) -> str:
         return str(self.summary.get("method"))
 

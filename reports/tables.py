@@ -143,7 +143,8 @@ def ttt_table(runs: Sequence[Run]) -> Table:
     by_label = group(runs, lambda r: (*cell_key(r), r.label))
     medians = {key: median([r.ttt for r in rs]) for key, rs in by_label.items()}
     present = [b for b in REFERENCES if any(key[3] == b for key in by_label)]
-    columns = ("task", "condition", "workers", "label", "target", "seeds run", "seeds reached",
+    columns = ("task", "condition", "workers", "label", "data", "target", "seeds run",
+               "seeds reached",
                "median TTT (s)", "range (s)", "TTT resolution", "olympic mean (s)",
                "median iterations", "compute share", "not reached"
                ) + tuple(f"speed-up over {b}" for b in present)
@@ -159,6 +160,7 @@ def ttt_table(runs: Sequence[Run]) -> Table:
         share = median_compute_share(rs)
         row: dict[str, Any] = {
             "task": task, "condition": condition, "workers": str(workers), "label": label,
+            "data": _joined(r.data_kind for r in rs),
             "target": _joined(target_text(r) for r in rs), "seeds run": str(len(rs)),
             "seeds reached": str(sum(r.reached for r in rs)),
             "median TTT (s)": fmt_s(st["median"]),
@@ -278,7 +280,8 @@ def runs_table(runs: Sequence[Run]) -> Table:
             to_target = str(r.summary.get("iters_to_target") or "-")
         rows.append({
             "task": r.task, "condition": r.condition, "workers": str(r.workers),
-            "label": r.label, "seed": str(r.seed), "status": status_text(r),
+            "label": r.label, "seed": str(r.seed), "data": r.data_kind,
+            "status": status_text(r),
             "reached": reached, "TTT (s)": shown_ttt,
             "iterations": str(r.summary.get("iterations")),
             "iterations to target": to_target,
@@ -294,9 +297,33 @@ def runs_table(runs: Sequence[Run]) -> Table:
             "bubble_fraction": as_float(r.summary.get("bubble_fraction"))})
     target_columns = (("reached", "TTT (s)") if any(has_target(r) for r in runs) else ())
     return Table("runs", "Every run",
-                 ("task", "condition", "workers", "label", "seed", "status", *target_columns,
+                 ("task", "condition", "workers", "label", "seed", "data", "status",
+                  *target_columns,
                   "iterations", *(("iterations to target",) if target_columns else ()),
                   "final metric", "bits sent / worker", "bubble fraction", "run dir"),
                  tuple(rows),
                  ("method", "status_code", "diverged_at_iteration", "time_to_target_s",
                   "sim_time_s", "final_metric", "bits_sent", "bubble_fraction"))
+
+
+def time_table(runs: Sequence[Run]) -> Table:
+    """Where the time goes: per (task, label), the runs, how many trained and how many were
+    re-timed from another run's trajectory, and their recorded wall time (``wall_time_s``
+    of each summary; a resumed run counts its last invocation), with its share of the
+    folder's total."""
+    total = sum(as_float(r.summary.get("wall_time_s")) or 0.0 for r in runs)
+    rows = []
+    for (task, label), rs in group(runs, lambda r: (r.task, r.label)).items():
+        wall = sum(as_float(r.summary.get("wall_time_s")) or 0.0 for r in rs)
+        retimed = sum(bool(r.summary.get("retimed_from")) for r in rs)
+        rows.append({"task": task, "label": label, "runs": str(len(rs)),
+                     "trained": str(len(rs) - retimed), "re-timed": str(retimed),
+                     "wall time (s)": f"{wall:.0f}",
+                     "share": f"{100 * wall / total:.1f}%" if total else "-",
+                     "wall_time_s": wall})
+    return Table("time", "Where the time goes", ("task", "label", "runs", "trained",
+                                                 "re-timed", "wall time (s)", "share"),
+                 tuple(rows), ("wall_time_s",),
+                 note=f"{len(runs)} runs, {total:.0f} s of recorded run wall time in all "
+                 "(the runs' own clocks: parallel jobs overlap, so the sweep's elapsed time "
+                 "is shorter; setup and the report are not counted).")

@@ -125,7 +125,8 @@ def test_time_to_target_table(tmp_path):
     assert "Skipped: no static DD-EF-SGD grid in these runs" in text
     assert "Skipped: no label was run at two or more worker counts" in text
     csv_text = out.csv["time_to_target"].read_text()
-    assert csv_text.splitlines()[0].startswith("task,condition,workers,label,target")
+    assert csv_text.splitlines()[0].startswith("task,condition,workers,label,data,target")
+    assert d["data"] == "not recorded"                  # runs written before data_kind
     tex = out.tex["time_to_target"].read_text()
     assert "\\toprule" in tex and "\\textgreater{} 240.00" in tex and "$\\geq$ 2.40x" in tex
     assert "cocktail-sgd" in tex and "d-sgd" in tex
@@ -288,3 +289,35 @@ def test_a_summary_without_the_run_fields_is_named(tmp_path):
     with pytest.raises(DecobenchError, match=r"broken/summary.json is not a run's summary: it "
                                              r"lacks task, method"):
         write_report(tmp_path)
+
+
+def test_data_column_and_where_the_time_goes(tmp_path):
+    """Each Table-1 row and every run name their data (full / slice / stand-in); the time
+    section sums the runs' recorded wall times per (task, label) with trained and re-timed
+    counts."""
+    runs = tmp_path / "runs"
+    for seed, wall in enumerate((30.0, 50.0)):
+        path = write_run(runs, f"d-sgd-{seed}", seed=seed, ttt=100.0)
+        summary = json.loads((path / "summary.json").read_text())
+        summary["wall_time_s"] = wall
+        (path / "summary.json").write_text(json.dumps(summary))
+        config = yaml.safe_load((path / "config.yaml").read_text())
+        config["data_kind"] = "slice"
+        (path / "config.yaml").write_text(yaml.safe_dump(config))
+    path = write_run(runs, "deco-0", method="deco-sgd", ttt=50.0)
+    summary = json.loads((path / "summary.json").read_text())
+    summary |= {"wall_time_s": 20.0, "retimed_from": "runs/elsewhere"}
+    (path / "summary.json").write_text(json.dumps(summary))
+    config = yaml.safe_load((path / "config.yaml").read_text())
+    config["data_source"] = "x; STAND-IN: built from CIFAR-10"
+    (path / "config.yaml").write_text(yaml.safe_dump(config))
+    out = write_report(tmp_path)
+    assert _row(out.rows["time_to_target"], "d-sgd")["data"] == "slice"
+    assert _row(out.rows["time_to_target"], "deco-sgd")["data"] == "stand-in"
+    assert {r["run dir"]: r["data"] for r in out.rows["runs"]}["runs/deco-0"] == "stand-in"
+    time = {r["label"]: r for r in out.rows["time"]}
+    assert (time["d-sgd"]["runs"], time["d-sgd"]["trained"], time["d-sgd"]["re-timed"]) == (
+        "2", "2", "0")
+    assert time["d-sgd"]["wall time (s)"] == "80" and time["d-sgd"]["share"] == "80.0%"
+    assert (time["deco-sgd"]["trained"], time["deco-sgd"]["re-timed"]) == ("0", "1")
+    assert "## Where the time goes" in out.markdown.read_text()
