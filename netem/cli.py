@@ -12,9 +12,11 @@ from typing import Any
 
 from decobench.netem import generators
 from decobench.netem.mahimahi import DEFAULT_FLOOR_MBPS, from_mahimahi
+from decobench.netem.pack import PACK, realisation
 from decobench.netem.plot import plot_trace
 from decobench.netem.trace import (
     Trace,
+    TraceError,
     describe_bundled_traces,
     load_trace,
     summarize,
@@ -41,6 +43,19 @@ def parse_step(text: str) -> tuple[float, float, float]:
 def _save(trace: Trace, out: str, how: str) -> int:
     write_trace(trace, out, comment=f"{trace.name}; {GENERATED_BY} {how}")
     print(f"wrote {out}: {summarize(trace)}")
+    return 0
+
+
+def _cmd_realise(args: argparse.Namespace) -> int:
+    if args.name not in PACK:
+        generated = ", ".join(n for n, t in PACK.items() if t.varies)
+        raise TraceError(f"{args.name!r} is not a pack trace; realisations are drawn from the "
+                         f"pack's generated traces: {generated}")
+    if args.k < 0:
+        raise TraceError(f"realisation {args.k}: give 0 or more")
+    trace, header = realisation(args.name, args.k)
+    write_trace(trace, args.out, comment="\n".join(header))
+    print(f"wrote {args.out}: {header[-1]}; {summarize(trace)}")
     return 0
 
 
@@ -237,6 +252,20 @@ def add_trace_parser(subparsers: Any) -> None:
     p.add_argument("--loop", action="store_true", help="draw the trace repeating (flag)")
     p.add_argument("--title", default=None, help="plot title (text; default the trace name)")
     p.set_defaults(func=_cmd_plot)
+
+    p = sub.add_parser(
+        "realise",
+        help="draw realisation K of a generated pack trace (0: the bundled file)",
+        description="Write realisation K of a generated pack trace (deco52-*, aws-*-varying): "
+        "K = 0 is the bundled file, K > 0 the same recipe with seed seed*1000 + K, its header "
+        "naming the draw (docs/traces.md 'Realisations'). A suite condition with "
+        "per_seed_trace does this for each seed; use it to run `decobench run --trace` on "
+        "the network a suite's seed K met.",
+    )
+    p.add_argument("name", metavar="NAME", help="pack trace name (e.g. deco52-cnn-fmnist)")
+    p.add_argument("k", type=int, metavar="K", help="realisation (0 or more)")
+    _out(p)
+    p.set_defaults(func=_cmd_realise)
 
     p = sub.add_parser("list", help="list the bundled traces with a one-line description")
     p.set_defaults(func=_cmd_list)

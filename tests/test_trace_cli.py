@@ -193,3 +193,20 @@ def test_every_option_help_states_a_unit() -> None:
                 seen += 1
                 assert action.help and any(u in action.help for u in units), action.option_strings
     assert seen > 20
+
+
+def test_realise_writes_the_draw_a_suite_seed_meets(tmp_path: pathlib.Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """`trace realise NAME K` writes the same draw as a per_seed_trace suite's seed K, with
+    the header naming it; a name outside the pack or a negative K is a TraceError."""
+    from decobench.netem.pack import realisation
+
+    out = tmp_path / "r2.csv"
+    assert run(["realise", "deco52-cnn-fmnist", "2", "--out", str(out)]) == 0
+    assert "realisation: 2 of deco52-cnn-fmnist, seed 5201002" in capsys.readouterr().out
+    expected, header = realisation("deco52-cnn-fmnist", 2)
+    assert load_trace(out).bandwidth_bps == expected.bandwidth_bps
+    assert out.read_text().splitlines()[len(header) - 1] == f"# {header[-1]}"
+    with pytest.raises(TraceError, match="not a pack trace"):
+        run(["realise", "wan-200ms-lowbw-varying", "1", "--out", str(out)])
+    with pytest.raises(TraceError, match="give 0 or more"):
+        run(["realise", "deco52-cnn-fmnist", "-1", "--out", str(out)])
