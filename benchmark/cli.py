@@ -73,7 +73,8 @@ class OneLineParser(argparse.ArgumentParser):
     help is, exit status 2 (argparse prints the whole usage block)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"decobench: error: {self.prog}: {message} (see {self.prog} --help)\n")
+        where = "" if self.prog == "decobench" else f"{self.prog}: "
+        self.exit(2, f"decobench: error: {where}{message} (see {self.prog} --help)\n")
 
 
 SUBCOMMANDS: dict[str, str] = {
@@ -548,6 +549,21 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _subparser(parser: argparse.ArgumentParser, args: argparse.Namespace
+               ) -> argparse.ArgumentParser:
+    """The deepest (sub)command parser the parsed ``args`` went through (``decobench trace
+    generate constant``), so a usage error names that command and its --help."""
+    current = parser
+    while True:
+        actions = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        if not actions:
+            return current
+        chosen = getattr(args, actions[0].dest, None)
+        if chosen not in actions[0].choices:
+            return current
+        current = actions[0].choices[chosen]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import signal
 
@@ -556,7 +572,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = [a for a in argv if a != "--debug"]
     parser = build_parser(argv)
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:                              # named by the subcommand that was given
+            _subparser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as stop:                 # --help (0) or a one-line usage error (2)
         return int(stop.code or 0)
     previous = signal.signal(signal.SIGTERM, _interrupt)     # SIGTERM stops like Ctrl-C

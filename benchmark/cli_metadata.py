@@ -102,7 +102,9 @@ def collect() -> dict[str, Any]:
             options[field] = {"kind": kind, "choices": choices,
                               "default": "unset" if info.default is None else str(info.default),
                               "description": info.description or ""}
-        methods[name] = {"summary": spec.summary, "options": options}
+        shipped = getattr(spec.build, "__module__", "").startswith("decobench.")
+        methods[name] = {"summary": spec.summary, "options": options,
+                         "card": f"docs/methods/{name}.md" if shipped else None}
     tasks = {name: cls.description for name, cls in sorted(TASKS.all().items())}
     return {"tasks": tasks, "methods": methods, "regimes": dict(sorted(REGIME_ALIASES.items()))}
 

@@ -199,11 +199,14 @@ def add_method_flags(parser: argparse.ArgumentParser, only: str | None) -> None:
             owners.setdefault(name, []).append((method, info))
     title = f"options of {only}" if only in specs else "method options (each names its methods)"
     group = parser.add_argument_group(title)
+    card = ""
     if only in specs:
-        group.description = f"method card: docs/methods/{only}.md"
+        where = specs[only].get("card")
+        card = (f"method card: {where}" if where else "a plugin method (not shipped with "
+                "decobench): its card is in its own package's documentation")
+        group.description = card
     if not any(method in shown for entries in owners.values() for method, _ in entries):
-        group.description = ("this method has no options of its own; method card: "
-                             f"docs/methods/{only}.md")
+        group.description = f"this method has no options of its own; {card}"
     for name, entries in owners.items():
         visible = [(method, info) for method, info in entries if method in shown]
         info = (visible or entries)[0][1]

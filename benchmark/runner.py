@@ -143,10 +143,13 @@ def prepare(config: RunConfig) -> PreparedRun:
         allowed = ", ".join("--" + f.replace("_", "-") for f in spec.options.model_fields) or "none"
         raise DecobenchError(format_validation_error(
             exc, f"invalid option for method {spec.name} (its options: {allowed}): ")) from exc
-    if config.target is not None:
-        task.validate_target(config.target)
-    for milestone in config.milestones:
-        task.validate_target(milestone)
+    targets = ([("--target", config.target)] if config.target is not None else []) + [
+        ("--milestone", m) for m in config.milestones]
+    for flag, value in targets:
+        try:
+            task.validate_target(value)
+        except DecobenchError as exc:
+            raise DecobenchError(f"{flag} {exc}") from None
     condition, trace_path = network_condition(config, task)
     compute_time_s = _fixed_compute_time(config, profile)
     if condition.kind != "trace" and compute_time_s is None:

@@ -212,7 +212,7 @@ def add_trace_parser(subparsers: Any) -> None:
         help="generate, validate, convert and plot network traces",
         description=(
             "Network traces: CSV time_s,bandwidth_mbps,latency_ms, piecewise constant "
-            "(see shared/spec/interfaces.md)."
+            "(the format: docs/traces.md 'The file format')."
         ),
     )
     sub = trace.add_subparsers(dest="trace_command", metavar="COMMAND", required=True)

@@ -299,9 +299,10 @@ class Trace:
         return replace(self, loop=loop)
 
 
-MIN_BANDWIDTH_BPS = 1.0
-"""Slowest link a trace may describe (1 bit/s; rates below it are typing slips, e.g. 1e-300
-Mbit/s, whose transfer times no simulation can count)."""
+MIN_BANDWIDTH_BPS = 1e3
+"""Slowest link a trace file may describe: 1 kbit/s, 0.001 Mbit/s (a dial-up modem gave 56).
+Rates below it are typing slips (1e-5 Mbit/s for 10 Mbit/s; 1e-300), under which D-SGD's
+first iterations alone would last weeks of simulated time."""
 MAX_BANDWIDTH_BPS = 1e13
 """Fastest link a trace may describe (10 Tbit/s)."""
 MAX_LATENCY_S = 3600.0

@@ -74,12 +74,13 @@ class ReportOutput:
 
 
 def _distinct(values: Iterable[Any], unit: str = "run") -> str:
-    """One value, or every value with its count when the runs disagree."""
+    """One value, or every value with its count when the runs differ in it (e.g. the
+    profiles of a tier that runs some tasks at the paper's size and others at CPU size)."""
     counts = Counter("unknown" if v is None or v == "" else str(v) for v in values)
     if len(counts) == 1:
         return next(iter(counts))
-    return "; ".join(f"{v} ({n} {unit}{'s' if n != 1 else ''})"
-                     for v, n in sorted(counts.items())) + " (the runs disagree)"
+    return "by run: " + "; ".join(f"{v} ({n} {unit}{'s' if n != 1 else ''})"
+                                  for v, n in sorted(counts.items()))
 
 
 def _version(run: Run, key: str) -> Any:

@@ -74,7 +74,7 @@ def test_flag_values_are_checked_at_the_edge(files, fmnist_root, capsys):
 
 def test_plan_rejects_rates_that_overflow_or_vanish(capsys):
     plan = ["plan", "--params", "1000", "--compute-ms", "10", "--latency-ms", "10"]
-    _one_line_error(capsys, [*plan, "--bandwidth-mbps", "1e-300"], "lies outside [1e-06, 1e+07]")
+    _one_line_error(capsys, [*plan, "--bandwidth-mbps", "1e-300"], "lies outside [0.001, 1e+07]")
     _one_line_error(capsys, [*plan, "--bandwidth-mbps", "1e308"], "bandwidth")
     _one_line_error(capsys, ["plan", "--params", "1000", "--compute-ms", "10",
                              "--bandwidth-mbps", "10", "--latency-ms", "1e300"], "exceeds")
@@ -83,6 +83,7 @@ def test_plan_rejects_rates_that_overflow_or_vanish(capsys):
 def test_trace_rows_outside_physical_range_are_rejected(tmp_path, capsys):
     header = "time_s,bandwidth_mbps,latency_ms\n"
     for row, fragment in [("0,1e-300,10", "bandwidth must lie in"),
+                          ("0,1e-5,10", "bandwidth must lie in [0.001, 1e+07] Mbit/s"),
                           ("0,1e300,10", "bandwidth must lie in"),
                           ("0,10,1e12", "latency must be <="),
                           ("0,10,10\n1e300,10,10", "time must be <=")]:

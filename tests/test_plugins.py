@@ -81,6 +81,9 @@ def test_plugin_method_runs_through_run_and_sweep(randk_installed, tmp_path, fmn
     assert main(["run", "--method", "randk-sgd", "--help"]) == 0
     help_text = capsys.readouterr().out
     assert "options of randk-sgd" in help_text and "fraction of coordinates sent" in help_text
+    # a plugin has no card among decobench's docs: the help does not point at one
+    assert "docs/methods/randk-sgd.md" not in help_text
+    assert "its card is in its own package's documentation" in help_text
 
     suite = tmp_path / "plugin-suite.yaml"
     suite.write_text(yaml.safe_dump({

@@ -118,7 +118,9 @@ BAD_INPUTS = [
     (["--method", "dd-ef-sgd", "--delta", "0"], "--delta"),
     (["--method", "d-sgd", "--data-root", "/nonexistent/fmnist"], "no Fashion-MNIST"),
     (["--method", "d-sgd", "--trace", "no-such-trace"], "no-such-trace"),
-    (["--method", "d-sgd", "--target", "75"], "not an accuracy"),
+    (["--method", "d-sgd", "--target", "75"], "--target 75.0 is not an accuracy"),
+    (["--method", "d-sgd", "--target", "0.7", "--milestone", "2"],
+     "--milestone 2.0 is not an accuracy"),
     (["--method", "d-sgd", "--delta", "0.5"], "invalid option for method d-sgd"),
     (["--method", "d-sgd", "--workers", "0"], "--workers"),
 ]
@@ -174,3 +176,20 @@ def test_plan_rejects_bad_conditions_with_one_line(capsys, flag, value, message)
     assert main(["plan", *[x for kv in args.items() for x in kv]]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("decobench: error: ") and message in err[0]
+
+
+@pytest.mark.parametrize("argv,named", [
+    (["run", "--task", "cnn-fmnist", "--method", "d-sgd", "--trase", "x"], "decobench run"),
+    (["report", "results", "--bogus"], "decobench report"),
+    (["--bogus"], None),
+])
+def test_a_mistyped_flag_is_one_line_naming_its_command(argv, named, capsys):
+    """One line, the command that was given named once (never "decobench: decobench"), and
+    where its --help is."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("decobench: error: ")
+    assert "decobench: error: decobench:" not in err[0]
+    if named is not None:
+        assert err[0].startswith(f"decobench: error: {named}: unrecognized arguments: ")
+        assert err[0].endswith(f"(see {named} --help)")

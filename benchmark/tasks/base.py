@@ -128,7 +128,9 @@ class Task(ABC):
         return self.profiles[name]
 
     def validate_target(self, target: float) -> None:
-        """Raise if ``target`` is not a meaningful value of this task's metric."""
+        """Raise if ``target`` is not a meaningful value of this task's metric: a
+        DecobenchError saying what is wrong with the value (the caller names the flag,
+        ``--target`` or ``--milestone``)."""
         return None
 
     def target_reached(self, metric: float, target: float) -> bool:
@@ -209,7 +211,7 @@ class ClassificationTask(Task):
 
     def validate_target(self, target: float) -> None:
         if not 0.0 <= target <= 1.0:
-            raise DecobenchError(f"--target {target} is not an accuracy; give a value in [0, 1]")
+            raise DecobenchError(f"{target} is not an accuracy; give a value in [0, 1]")
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         return F.cross_entropy(outputs, targets)

@@ -228,7 +228,7 @@ class Gpt2WikiText(Task):
 
     def validate_target(self, target: float) -> None:
         if not (math.isfinite(target) and target > 1.0):
-            raise DecobenchError(f"--target {target} is not a perplexity; give a value > 1 "
+            raise DecobenchError(f"{target} is not a perplexity; give a value > 1 "
                                  "(a perplexity is at least 1; lower is better)")
 
     def check_data(self, data_root: Path | None, download: bool,
