@@ -231,8 +231,45 @@ class PackTrace(ABC):
         return out
 
 
+class Section52Walk:
+    """The section-5.2 recipe, shared by the generated pack traces: a seeded AR(1) walk of
+    log bandwidth whose unclipped stationary mean is ``mean_mbps``
+    (:func:`decobench.netem.generators.random_walk` with ``stationary_mean=True``), clipped to
+    ``[low_mbps, high_mbps]``; latency ``latency_ms`` plus uniform jitter."""
+
+    mean_mbps: float
+    latency_ms: float
+    duration_s: float
+    step_s: float
+    sigma: float
+    low_mbps: float
+    high_mbps: float
+    seed: int
+    latency_jitter_ms: float
+    reversion: float
+
+    @property
+    def varies(self) -> bool:
+        return True
+
+    def build(self) -> Trace:
+        return random_walk(
+            mean_mbps=self.mean_mbps,
+            latency_ms=self.latency_ms,
+            duration_s=self.duration_s,
+            step_s=self.step_s,
+            sigma=self.sigma,
+            low_mbps=self.low_mbps,
+            high_mbps=self.high_mbps,
+            seed=self.seed,
+            latency_jitter_ms=self.latency_jitter_ms,
+            reversion=self.reversion,
+            stationary_mean=True,
+        )
+
+
 @dataclass(frozen=True)
-class Deco52Trace(PackTrace):
+class Deco52Trace(Section52Walk, PackTrace):
     """The paper's section-5.2 condition for one task: 200 ms, bandwidth varying around a mean.
 
     Bandwidth is :func:`decobench.netem.generators.random_walk` with ``stationary_mean=True`` (a log
@@ -253,25 +290,6 @@ class Deco52Trace(PackTrace):
     duration_s: float = 3600.0
     seed: int = 0
     why_mean: str = ""
-
-    @property
-    def varies(self) -> bool:
-        return True
-
-    def build(self) -> Trace:
-        return random_walk(
-            mean_mbps=self.mean_mbps,
-            latency_ms=self.latency_ms,
-            duration_s=self.duration_s,
-            step_s=self.step_s,
-            sigma=self.sigma,
-            low_mbps=self.low_mbps,
-            high_mbps=self.high_mbps,
-            seed=self.seed,
-            latency_jitter_ms=self.latency_jitter_ms,
-            reversion=self.reversion,
-            stationary_mean=True,
-        )
 
     @property
     def max_latency_ms(self) -> float:
@@ -442,7 +460,7 @@ class MeasuredLink(PackTrace):
 
 
 @dataclass(frozen=True)
-class VaryingLink(PackTrace):
+class VaryingLink(Section52Walk, PackTrace):
     """A measured link with the section-5.2 variation around it: the ``deco-5.2`` recipe
     (a log AR(1) walk of bandwidth every ``step_s``, step std ``sigma``, reversion
     ``reversion``, stationary mean = the link's bandwidth, clipped to
@@ -460,10 +478,6 @@ class VaryingLink(PackTrace):
     low_share: float = 0.25
     high_share: float = 3.0
     jitter_share: float = 0.05
-
-    @property
-    def varies(self) -> bool:
-        return True
 
     @property
     def measured(self) -> MeasuredLink:
@@ -489,21 +503,6 @@ class VaryingLink(PackTrace):
     @property
     def latency_jitter_ms(self) -> float:
         return round(self.latency_ms * self.jitter_share, 6)
-
-    def build(self) -> Trace:
-        return random_walk(
-            mean_mbps=self.mean_mbps,
-            latency_ms=self.latency_ms,
-            duration_s=self.duration_s,
-            step_s=self.step_s,
-            sigma=self.sigma,
-            low_mbps=self.low_mbps,
-            high_mbps=self.high_mbps,
-            seed=self.seed,
-            latency_jitter_ms=self.latency_jitter_ms,
-            reversion=self.reversion,
-            stationary_mean=True,
-        )
 
     def dsgd_fractions(self) -> dict[str, float]:
         """At the link's mean bandwidth and latency (the measured link's figures)."""
