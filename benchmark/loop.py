@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -323,7 +324,7 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
     leader = transport.leader
     outcome = Outcome()
     metrics_at: dict[int, float] = {}
-    rows_out = _RowsInOrder(log)
+    rows_out = _RowsInOrder(_noting(log))
     progress = RunProgress(total=run.max_iters, metric_name=task.metric_name,
                            enabled=show_progress and leader)
 
@@ -419,6 +420,23 @@ def train(run: Any, data: TaskData, transport: Transport, evaluations: Evaluatio
         rows_out.known(transport.losses())
         rows_out.close()
     return Trained(outcome, book, learner.d, metrics_at)
+
+
+def _noting(log: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    """``log``, printing each distinct ``warning`` a method put in a row (e.g. DeCo-SGD's
+    plan held across a bandwidth change) once to stderr as a ``decobench: note:`` line; the
+    row keeps it in metrics.jsonl."""
+    seen: set[str] = set()
+
+    def out(row: dict[str, Any]) -> None:
+        text = row.get("warning")
+        if isinstance(text, str) and text not in seen:
+            seen.add(text)
+            print(f"decobench: note: iteration {row.get('iteration')}: {text}",
+                  file=sys.stderr)
+        log(row)
+
+    return out
 
 
 class _RowsInOrder:

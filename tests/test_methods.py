@@ -122,3 +122,39 @@ def test_deco_controller_plans_from_measurements_every_interval():
     s2 = ctrl.schedule(11)
     assert (s2.delta, s2.staleness) == (1.0, 1)                   # bandwidth so high: dense
     assert [r.iteration for r in ctrl.history] == [1, 11]
+
+
+def test_deco_warns_once_when_its_plan_is_held_across_a_bandwidth_change():
+    """Plan at â = 100 Mbit/s (α = 1: â is the last measurement); 55 Mbit/s (1.8x) says
+    nothing, 45 Mbit/s (2.2x) puts one warning naming --deco-interval in the next log, and a
+    later change says nothing more. The static strategy (PLAN_ONCE) never warns."""
+    from decobench.methods.controllers import PLAN_ONCE
+
+    def controller(interval):
+        return DecoController(d=1_000_000, workers=4, topology="paper", phi=phi_paper,
+                              interval=interval, tau_max=32, delta_min=1e-4, kappa=1.0,
+                              initial_delta=0.01, estimator=LinkEstimator(alpha=1.0))
+
+    for interval in (100, PLAN_ONCE):
+        ctrl = controller(interval)
+        ctrl.schedule(0)
+        ctrl.observe(_observation(0, bandwidth=1e8, latency=0.2, compute=0.1))
+        ctrl.schedule(1)
+        assert "warning" not in ctrl.log()                        # the plan's own row
+        ctrl.observe(_observation(1, bandwidth=5.5e7, latency=0.2, compute=0.1))
+        ctrl.schedule(2)
+        assert "warning" not in ctrl.log()                        # 1.8x: below 2x
+        ctrl.observe(_observation(2, bandwidth=4.5e7, latency=0.2, compute=0.1))
+        ctrl.schedule(3)
+        warning = ctrl.log().get("warning")
+        if interval == PLAN_ONCE:
+            assert warning is None
+            continue
+        assert warning == ("DeCo's plan (made at â = 100 Mbit/s) is held for F = 100 "
+                           "iterations, but the bandwidth estimate is now 45 Mbit/s (2.2x); "
+                           "a smaller --deco-interval re-plans sooner (the paper suggests a "
+                           "smaller F for dynamic networks, its §4.2)")
+        assert "warning" not in ctrl.log()                        # once
+        ctrl.observe(_observation(3, bandwidth=1e6, latency=0.2, compute=0.1))
+        ctrl.schedule(4)
+        assert "warning" not in ctrl.log()                        # and only once a run

@@ -58,6 +58,13 @@ class PlanRecord:
     plan: Plan
 
 
+PLAN_ONCE = 2**62
+"""A re-plan interval no run reaches: the controller plans once and keeps that plan."""
+
+CHANGE_WARNING = 2.0
+"""DeCo-SGD warns once when â moves more than this factor away from the last plan's."""
+
+
 class DecoController:
     """DeCo (Algorithm 1) inside DeCo-SGD (Algorithm 2): re-plan (δ, τ) every F iterations
     from the smoothed measurements â, b̂, T̂.
@@ -78,12 +85,33 @@ class DecoController:
         self._last_plan_at: int | None = None
         self._fresh: PlanRecord | None = None
         self.history: list[PlanRecord] = []
+        self._warned = False
+        self._warning: str | None = None
 
     def observe(self, observation: Observation) -> None:
         self.estimator.observe_compute(observation.compute_s)
         self.estimator.observe_transfer(observation.link_bits, observation.tx_start_s,
                                         observation.tx_end_s, observation.arrive_s,
                                         observation.latency_factor, observation.burst_bits)
+        self._notice_change()
+
+    def _notice_change(self) -> None:
+        """Warn once when the plan is held across a bandwidth change of more than
+        :data:`CHANGE_WARNING` x (â now against â at the last plan): the paper's F = 100 can
+        hold a plan for many trace steps; the warning names ``--deco-interval``. A method that
+        plans once on purpose (PLAN_ONCE: the static strategy) never warns."""
+        if self._warned or self.interval >= PLAN_ONCE or not self.history:
+            return
+        planned = self.history[-1].estimate.bandwidth_bps
+        now = self.estimator.estimate().bandwidth_bps
+        ratio = max(now / planned, planned / now)
+        if ratio > CHANGE_WARNING:
+            self._warned = True
+            self._warning = (
+                f"DeCo's plan (made at â = {planned / 1e6:.3g} Mbit/s) is held for F = "
+                f"{self.interval} iterations, but the bandwidth estimate is now "
+                f"{now / 1e6:.3g} Mbit/s ({ratio:.1f}x); a smaller --deco-interval re-plans "
+                "sooner (the paper suggests a smaller F for dynamic networks, its §4.2)")
 
     def schedule(self, iteration: int) -> Schedule:
         estimator = self.estimator
@@ -102,10 +130,12 @@ class DecoController:
         return self._current
 
     def log(self) -> dict[str, Any]:
+        warning = {} if self._warning is None else {"warning": self._warning}
+        self._warning = None
         if self._fresh is None:
-            return {}
+            return warning
         est, chosen = self._fresh.estimate, self._fresh.plan
-        return {
+        return {**warning,
             "plan_bandwidth_mbps": est.bandwidth_bps / 1e6,
             "plan_latency_ms": est.latency_s * 1e3,
             "plan_compute_ms": est.compute_s * 1e3,
@@ -138,8 +168,6 @@ class ReplayController:
         return {}
 
 
-PLAN_ONCE = 2**62
-"""A re-plan interval no run reaches: the controller plans once and keeps that plan."""
 
 
 def deco_controller(context: MethodContext, options: PlannerOptions,
