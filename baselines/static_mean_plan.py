@@ -6,7 +6,7 @@ plan, made from one probe: on a varying link that plan depends on where the trac
 to start (a lottery). This variant asks what a static (δ, τ) chosen with foresight of the
 condition does: DD-EF-SGD with global Top-k and (δ, τ) = DeCo's Algorithm 1 (deco-sgd.md §5)
 applied, before the run, to the trace's mean bandwidth and mean one-way latency and the
-compute time T (:class:`~decobench.methods.base.ConditionMeans`). It sends the same messages
+compute time T (``MethodContext.condition``). It sends the same messages
 as DeCo-SGD at that pair (W(δ) of §3) from iteration 0 (no probe) and never re-plans. It is
 not a method of the paper, and not an online method: it reads the whole trace's means, which
 no deployed system knows in advance.
@@ -20,7 +20,7 @@ from decobench.compressors import TopKCompressor
 from decobench.errors import DecobenchError
 from decobench.methods import TOPK_DD_EF_SGD
 from decobench.methods.base import Method, MethodContext, MethodSpec, Observation
-from decobench.methods.controllers import Schedule
+from decobench.methods.controllers import Schedule, plan_fields
 from decobench.methods.ddefsgd import DDEFSGD
 from decobench.methods.decisions import ControllerDecisions, DecisionPolicy
 from decobench.methods.options import PlannerOptions
@@ -67,11 +67,7 @@ class MeanPlanController:
         if self._logged:
             return {}
         self._logged = True
-        return {"plan_bandwidth_mbps": self.means.bandwidth_bps / 1e6,
-                "plan_latency_ms": self.means.latency_s * 1e3,
-                "plan_compute_ms": self.means.compute_s * 1e3,
-                "plan_bubble_free": self.plan.bubble_free, "plan_t_avg_s": self.plan.t_avg_s,
-                "plan_phi": self.plan.phi, "plan_from": "condition means"}
+        return {**plan_fields(self.means, self.plan), "plan_from": "condition means"}
 
 
 def build_static_mean_plan(context: MethodContext, options: StaticMeanPlanOptions) -> Method:

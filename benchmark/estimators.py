@@ -20,7 +20,9 @@ from decobench.errors import DecobenchError
 
 @dataclass(frozen=True)
 class NetworkEstimate:
-    """Smoothed ``â`` (bit/s), ``b̂`` (s) and ``T̂`` (s) at one moment (deco-sgd.md §5)."""
+    """``â`` (bit/s), ``b̂`` (s) and ``T̂`` (s), the figures a plan is made from: smoothed
+    measurements at one moment (deco-sgd.md §5), or a trace's means known before the run
+    (``MethodContext.condition``, for ``static-mean-plan``)."""
 
     bandwidth_bps: float
     latency_s: float

@@ -28,6 +28,7 @@ from decobench.checkpoint import CHECKPOINT, Checkpointer, RefineStarts, load_ch
 from decobench.config import RunConfig, format_validation_error
 from decobench.devices import resolve_device
 from decobench.errors import DecobenchError
+from decobench.estimators import NetworkEstimate
 from decobench.evaluation import (
     EvaluationSchedule,
     TargetBook,
@@ -37,7 +38,6 @@ from decobench.evaluation import (
 )
 from decobench.loop import Learner, ModelLearner, Outcome, train
 from decobench.methods import MethodOptions, MethodSpec, get_method_spec
-from decobench.methods.base import ConditionMeans
 from decobench.netem.trace import (
     Trace,
     load_trace,
@@ -97,14 +97,14 @@ class PreparedRun:
     """Simulated: when an observation reaches the method (:data:`decobench.simulated.REPORTS`;
     ``decobench fidelity`` mirrors the emulated ranks' reports with ``next-message``)."""
 
-    def condition_means(self, d: int) -> ConditionMeans | None:
+    def condition_means(self, d: int) -> NetworkEstimate | None:
         """The network's means as the run's model sees its trace, and T (for methods
-        planned ahead from the condition; :class:`~decobench.methods.base.ConditionMeans`);
-        None when T is measured (then the condition is not known before the run)."""
+        planned ahead from the condition, ``MethodContext.condition``); None when T is
+        measured (then the condition is not known before the run)."""
         if self.compute_time_s is None:
             return None
         trace = self.condition.trace_for(d, self.compute_time_s)
-        return ConditionMeans(trace.mean_bandwidth_bps(), trace.mean_latency_s(),
+        return NetworkEstimate(trace.mean_bandwidth_bps(), trace.mean_latency_s(),
                               self.compute_time_s)
 
 

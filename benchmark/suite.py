@@ -369,8 +369,8 @@ def write_realised_traces(suite: Suite, traces_dir: Path) -> None:
     """Write realisation s (s > 0) of each ``per_seed_trace`` condition's pack trace for every
     seed an experiment runs it with (:func:`realised_trace_path`; unchanged files are left
     alone, so a resumed sweep does not rewrite them)."""
+    from decobench.atomicio import write_text_atomic
     from decobench.netem.pack import realisation
-    from decobench.netem.trace import write_trace
 
     wanted: set[tuple[str, int]] = set()
     for experiment in suite.experiments:
@@ -385,7 +385,7 @@ def write_realised_traces(suite: Suite, traces_dir: Path) -> None:
                               "conditions"])
         text = trace.to_csv(comment)
         if not (path.is_file() and path.read_text(encoding="utf-8") == text):
-            write_trace(trace, path, comment=comment)
+            write_text_atomic(path, text)
 
 
 def write_constant_traces(suite: Suite, traces_dir: Path) -> None:

@@ -508,9 +508,11 @@ def growth_interval(method: Sequence[Run], baseline: Sequence[Run], low: float,
     """95 % interval (paired bootstrap over shared seeds) of the speed-up at ``high`` over
     the speed-up at ``low`` (each a ratio of medians); censored times at their bounds."""
     theirs = {r.seed: r for r in baseline}
-    shared = [(r, theirs[r.seed]) for r in method if r.seed in theirs]
-    columns = [[target_of(x if i % 2 == 0 else y, t).value for x, y in shared]
-               for t in (low, high) for i in range(2)]
+    mine = [r for r in method if r.seed in theirs]
+    paired = [theirs[r.seed] for r in mine]
+    # columns: method at low, baseline at low, method at high, baseline at high
+    columns = [[target_of(r, t).value for r in side] for t in (low, high)
+               for side in (mine, paired)]
     return median_interval(columns, lambda m: (m[3] / m[2]) / (m[1] / m[0]))
 
 
@@ -707,16 +709,15 @@ def kept_with_workers(runs: Sequence[Run]) -> ClaimRow:
 
 
 def amplification_interval(by: dict[tuple[float, int], Any], small: float, large: float,
-                           tau: int) -> tuple[tuple[float, float] | None, int]:
+                           tau: int) -> tuple[float, float] | None:
     """95 % interval (paired bootstrap over the seeds all four cells ran) of
     [iters(δ_small, τ)/iters(δ_small, 0)] / [iters(δ_large, τ)/iters(δ_large, 0)] of
-    medians, and the number of those seeds. Censored counts enter at their bounds."""
+    medians. Censored counts enter at their bounds."""
     keys = [(small, tau), (small, 0), (large, tau), (large, 0)]
     per_seed = [{r.seed: r.iters.value for r in by[k].runs} for k in keys]
     seeds = sorted(set.intersection(*(set(m) for m in per_seed)))
     columns = [[m[seed] for seed in seeds] for m in per_seed]
-    interval = median_interval(columns, lambda m: (m[0] / m[1]) / (m[2] / m[3]))
-    return interval, len(seeds)
+    return median_interval(columns, lambda m: (m[0] / m[1]) / (m[2] / m[3]))
 
 
 def staleness_amplifies(groups: Sequence[TheoryGroup]) -> ClaimRow:
@@ -744,7 +745,7 @@ def staleness_amplifies(groups: Sequence[TheoryGroup]) -> ClaimRow:
             return Obs(stale.value / fresh.value, stale.censored)
 
         small, large = factor(deltas[0]), factor(deltas[-1])
-        interval, seeds = amplification_interval(by, deltas[0], deltas[-1], taus[-1])
+        interval = amplification_interval(by, deltas[0], deltas[-1], taus[-1])
         found.append((g, deltas[0], deltas[-1], taus[-1], small, large, interval))
     if not found:
         return _not_run(claim, paper, "theory",
@@ -770,20 +771,6 @@ def staleness_amplifies(groups: Sequence[TheoryGroup]) -> ClaimRow:
     return _on_data(used, row)
 
 
-def paper_view_bandwidth_mbps(run: Run) -> float | None:
-    """Mean bandwidth of the condition as the task's paper profile (the paper's model) sees
-    it: the reference trace of a regime from the paper profile, or the trace of a run of the
-    paper profile; ``None`` otherwise."""
-    network = run.config.get("network")
-    if not isinstance(network, dict):
-        return None
-    if network.get("kind") == "regime" and network.get("reference_profile") == "paper":
-        return as_float(network.get("reference_mean_bandwidth_mbps"))
-    if network.get("kind") == "trace" and run.summary.get("profile") == "paper":
-        return as_float(network.get("mean_bandwidth_mbps"))
-    return None
-
-
 PAPER_SIZE_TASKS = ("vit-imagenet", "gpt2-wikitext")
 
 
@@ -799,7 +786,7 @@ def dsgd_collapse(runs: Sequence[Run]) -> ClaimRow:
         dsgd = by.get(D_SGD, [])
         if key[0] not in PAPER_SIZE_TASKS or not dsgd:
             continue
-        bandwidths = [b for b in (paper_view_bandwidth_mbps(r) for r in dsgd) if b is not None]
+        bandwidths = [b for b, _ in map(paper_view, dsgd) if b is not None]
         shares = [s for s in (compute_share(r) for r in dsgd) if s is not None]
         if bandwidths and shares and max(bandwidths) < 1000:
             found.append((key, max(bandwidths), median([Obs(s) for s in shares]).value, dsgd))

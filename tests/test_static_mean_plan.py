@@ -7,8 +7,8 @@ import yaml
 
 from decobench.cli import main
 from decobench.errors import DecobenchError
+from decobench.estimators import NetworkEstimate
 from decobench.methods import MethodContext, get_method_spec
-from decobench.methods.base import ConditionMeans
 from decobench.methods.options import PlannerOptions
 from decobench.optimizer import OptimizerConfig
 from decobench.planner import plan
@@ -24,7 +24,7 @@ def test_plan_from_the_means_from_iteration_zero_and_never_changed():
     hand-checked plan (0.28125, 3) (tests/test_methods.py), sent from iteration 0 (no probe)
     and logged once with the means it was made from."""
     spec = get_method_spec("static-mean-plan")
-    method = spec.build(_context(ConditionMeans(1e8, 0.2, 0.1)), spec.options())
+    method = spec.build(_context(NetworkEstimate(1e8, 0.2, 0.1)), spec.options())
     x = torch.zeros(1_000_000)
     g = torch.randn(4, 1_000_000, generator=torch.Generator().manual_seed(0))
     first = method.step(0, x, g)

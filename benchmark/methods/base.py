@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict
 from torch import Tensor
 
 from decobench.compressors import Compressed, Update
+from decobench.estimators import NetworkEstimate
 from decobench.message_queue import DelayQueue
 from decobench.optimizer import OptimizerConfig
 
@@ -40,17 +41,6 @@ class MethodOptions(BaseModel):
     """Per-method options; subclasses add fields (each becomes a ``decobench run`` flag)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-@dataclass(frozen=True)
-class ConditionMeans:
-    """The network condition's means, known before the run from its trace: the trace's
-    time-weighted mean bandwidth (bit/s) and one-way latency (s) over one period, and the
-    compute time T (s)."""
-
-    bandwidth_bps: float
-    latency_s: float
-    compute_s: float
 
 
 @dataclass(frozen=True)
@@ -63,7 +53,8 @@ class MethodContext:
     ``gradient_rows`` how many workers' gradients one process holds (None: all n);
     ``first_worker`` the index of the first of them (the rank on the emulated backend), so a
     method knows whether this process holds worker 0. ``condition`` holds the network's
-    means from its trace (None where unknown, e.g. a measured T): only for baselines
+    means from its trace and T, as a :class:`~decobench.estimators.NetworkEstimate` (None
+    where unknown, e.g. a measured T): only for baselines
     planned ahead from the whole condition, such as ``static-mean-plan``; an online method
     learns the network from its :class:`Observation` s alone.
     """
@@ -79,7 +70,7 @@ class MethodContext:
     max_iters: int | None = None
     gradient_rows: int | None = None
     first_worker: int = 0
-    condition: ConditionMeans | None = None
+    condition: NetworkEstimate | None = None
 
     @property
     def local_workers(self) -> int:

@@ -134,15 +134,19 @@ class DecoController:
         self._warning = None
         if self._fresh is None:
             return warning
-        est, chosen = self._fresh.estimate, self._fresh.plan
-        return {**warning,
-            "plan_bandwidth_mbps": est.bandwidth_bps / 1e6,
-            "plan_latency_ms": est.latency_s * 1e3,
-            "plan_compute_ms": est.compute_s * 1e3,
-            "plan_bubble_free": chosen.bubble_free,
-            "plan_t_avg_s": chosen.t_avg_s,
-            "plan_phi": chosen.phi,
-        }
+        return {**warning, **plan_fields(self._fresh.estimate, self._fresh.plan)}
+
+
+def plan_fields(estimate: NetworkEstimate, chosen: Plan) -> dict[str, Any]:
+    """The metrics-row fields of a plan: the figures it was made from and what it predicts."""
+    return {
+        "plan_bandwidth_mbps": estimate.bandwidth_bps / 1e6,
+        "plan_latency_ms": estimate.latency_s * 1e3,
+        "plan_compute_ms": estimate.compute_s * 1e3,
+        "plan_bubble_free": chosen.bubble_free,
+        "plan_t_avg_s": chosen.t_avg_s,
+        "plan_phi": chosen.phi,
+    }
 
 
 class ReplayController:

@@ -255,9 +255,8 @@ class Gpt2WikiText(Task):
     def data_kind(self, data: TaskData) -> str:
         """``slice`` when the run trains on valid.txt (no train.txt in the data root, as in
         ../shared/data/wikitext-2), ``full`` on a training split."""
-        if "STAND-IN" in data.source:
-            return "stand-in"
-        return "slice" if "trains on valid.txt" in data.source else "full"
+        kind = super().data_kind(data)
+        return "slice" if kind == "full" and "trains on valid.txt" in data.source else kind
 
     def load_data(self, data_root: Path | None, download: bool, profile: TaskProfile,
                   variant: str | None = None) -> TaskData:
