@@ -3,8 +3,11 @@
 Subcommands: ``run`` (one training run), ``sweep`` (a suite of runs, in parallel and
 resumable), ``report`` (tables and figures of finished runs), ``plan`` (DeCo's (δ, τ) for
 given conditions), ``trace`` (generate, validate, convert, plot traces), ``data`` (build the
-offline CIFAR-10 and ImageNet stand-ins, :mod:`decobench.tasks.standins`). Bad input ends
-with one ``decobench: error: ...`` line and exit status 2.
+offline CIFAR-10 and ImageNet stand-ins, :mod:`decobench.tasks.standins`), ``compare`` (two
+results folders cell by cell), ``versus`` (methods on one trace with one simulated-time
+budget, :mod:`decobench.versus`), ``dashboard`` (the W&B comparison views,
+:mod:`decobench.reports.dashboard`), ``fidelity`` (simulated against emulated). Bad input
+ends with one ``decobench: error: ...`` line and exit status 2.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any, NoReturn
 from decobench.atomicio import check_output_dir
 from decobench.errors import DecobenchError
 from decobench.flags import add_method_flags, add_run_flags, run_values
+from decobench.versus import SUMMARY as VERSUS_SUMMARY
 
 RUN_EPILOG = """\
 examples:
@@ -88,6 +92,8 @@ SUBCOMMANDS: dict[str, str] = {
     "data": "offline data: build stand-in data sets; fetch a run's data",
     "compare": "compare two results folders (or snapshots) cell by cell; exit 1 on a "
                "regression (CI gate)",
+    "dashboard": "the W&B comparison dashboard of a results folder, as code (saved views)",
+    "versus": VERSUS_SUMMARY,
 }
 """The subcommands and their one-line help, in ``decobench --help`` order."""
 
@@ -111,7 +117,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     chosen = _chosen_subcommand(argv)
     builders = {"run": _add_run, "plan": _add_plan, "report": _add_report, "sweep": _add_sweep,
                 "fidelity": _add_fidelity, "trace": _add_trace, "data": _add_data,
-                "compare": _add_compare}
+                "compare": _add_compare, "dashboard": _add_dashboard, "versus": _add_versus}
     for name, summary in SUBCOMMANDS.items():
         if not argv or chosen == name:
             builders[name](sub, argv)
@@ -130,6 +136,12 @@ def _add_data(sub: Any, argv: Sequence[str]) -> None:
     from decobench.data_cli import add_data_parser
 
     add_data_parser(sub)
+
+
+def _add_versus(sub: Any, argv: Sequence[str]) -> None:
+    from decobench.versus import add_versus_parser
+
+    add_versus_parser(sub)
 
 
 def _add_run(sub: Any, argv: Sequence[str]) -> None:
@@ -179,16 +191,23 @@ def _add_compare(sub: Any, argv: Sequence[str]) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Compare NEW with BASE cell by cell: time and iterations to target, final "
         "metric, bits sent and status. BASE and NEW are results folders (a sweep's, or any "
-        "folder of run directories) or snapshot files written by --save (the golden results "
-        "kept in a repository). Prints a table, writes compare.md and compare.json, and exits "
-        "1 when a cell regressed or a cell of BASE is missing in NEW, 0 otherwise (2: bad "
-        "input).",
+        "folder of run directories, e.g. decobench run --out's) or snapshot files written by "
+        "--save (the golden results kept in a repository). Time to target and the status "
+        "decide a cell's verdict (and the final metric where neither side reached the "
+        "target); iterations, bits and the final metric are shown beside them and flagged "
+        "when worse beyond the tolerance, deciding only with --decisive. Each cell's "
+        "config.yaml fields that differ are listed (field: BASE -> NEW). Prints a table, "
+        "writes compare.md and compare.json, and exits 1 when a cell regressed or a cell of "
+        "BASE is missing in NEW, 0 otherwise (2: bad input).",
         epilog="tolerance: exact when both sides ran on the simulated clock on the same "
         "platform with the same versions (such runs are deterministic); otherwise, per cell and "
         "metric, the relative spread of BASE's seeds of that cell (one seed: the largest "
         f"spread of its task's cells), at least {DEFAULT_TOLERANCE:.0%}. Cells are named "
-        "experiment/task/condition/label/nN/sSEED; a cell whose configuration changed is "
-        "compared and its changed fields are listed.\n\n"
+        "experiment/task/condition/label/nN/sSEED (two plain runs that differ only in the "
+        "condition, named after their network, are paired); a cell whose configuration "
+        "changed is compared and its changed fields are listed, leaving out bookkeeping "
+        "(output and data paths, checkpoint interval, versions, gradient engine and "
+        "trajectory provenance, emulated hosts; docs/ci.md).\n\n"
         "examples:\n"
         "  decobench compare benchmark/suites/golden/smoke.json results/smoke\n"
         "  decobench compare results/base results/new --metric time_to_target_s "
@@ -206,6 +225,11 @@ def _add_compare(sub: Any, argv: Sequence[str]) -> None:
     compare.add_argument("--tolerance", type=float, metavar="X", help="one relative "
                          "tolerance for every cell, e.g. 0.05 for 5%% (0: exact); default: "
                          "exact or the seed spread, as below")
+    compare.add_argument("--decisive", action="append", default=[], metavar="METRICS",
+                         help="let these metrics decide too (comma-separated, repeatable), "
+                         "e.g. iters_to_target,bits_sent: a cell whose iterations rose beyond "
+                         "the tolerance then regresses even when its time to target fell; "
+                         "default: only time_to_target_s and status decide")
     compare.add_argument("--only", action="append", default=[], metavar="GLOB",
                          help="compare only cells whose name matches this glob, e.g. "
                          "'*/cnn-fmnist/*' (repeatable: any may match)")
@@ -215,6 +239,40 @@ def _add_compare(sub: Any, argv: Sequence[str]) -> None:
                          "(refreshing a golden file): NEW becomes the baseline, so the exit "
                          "status is 0 whatever the comparison says")
     compare.set_defaults(func=cmd_compare)
+
+
+def _add_dashboard(sub: Any, argv: Sequence[str]) -> None:
+    dashboard = sub.add_parser(
+        "dashboard", help=SUBCOMMANDS["dashboard"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="The W&B comparison dashboard of RESULTS, built with wandb-workspaces: "
+        "one saved view\n(workspace) per task and network condition, holding the runs of "
+        "RESULTS (by W&B run id,\nfrom each run directory's wandb.json) grouped by method "
+        "(label):\n"
+        "  - the metric (eval/accuracy or eval/perplexity) and train/loss against simulated "
+        "time\n"
+        "  - time to target per method (bar chart of the summary time_to_target_s)\n"
+        "  - comm/delta (δ), comm/tau (τ) and net/bandwidth_mbps against simulated time",
+        epilog="offline (the default: WANDB_MODE unset, offline or disabled): nothing is "
+        "sent; the views'\nspecifications go to RESULTS/wandb-dashboard.json (or --out).\n"
+        "online (WANDB_MODE=online, after `wandb login`): the views are also saved to the "
+        "runs' W&B\nproject (entity: WANDB_ENTITY, else your default) and their URLs are "
+        "printed; `wandb sync`\nthe runs first so the views find them. Each online call "
+        "saves new views.\n\n"
+        "examples:\n"
+        "  decobench dashboard results/smoke\n"
+        "  WANDB_MODE=online decobench dashboard results/smoke\n"
+        "  decobench dashboard results/new --compare results/base   # plus BASE against NEW\n"
+        "docs/wandb.md \"Dashboards as code\" shows what each view holds.")
+    dashboard.add_argument("results_dir", metavar="RESULTS", help="a results folder written "
+                           "by `decobench sweep` (or any folder of run directories)")
+    dashboard.add_argument("--compare", metavar="BASE", help="also one view per condition "
+                           "with BASE's runs (grey) over RESULTS' (orange), cell by cell: BASE "
+                           "is what `decobench compare BASE RESULTS` takes (a results folder, "
+                           "or a snapshot of runs logged online)")
+    dashboard.add_argument("--out", metavar="FILE", help="where the views' specifications go "
+                           "(default: RESULTS/wandb-dashboard.json)")
+    dashboard.set_defaults(func=cmd_dashboard)
 
 
 def _add_sweep(sub: Any, argv: Sequence[str]) -> None:
@@ -239,8 +297,9 @@ def _add_sweep(sub: Any, argv: Sequence[str]) -> None:
                        "(default: simulated); emulated cells run one at a time (root; "
                        "docs/emulation.md) and have their own identities and run folders")
     sweep.add_argument("--dry-run", action="store_true", help="check the suite, list the "
-                       "runs still to do and their cost on one GPU (an upper bound from "
-                       "documented per-iteration times); run nothing")
+                       "runs still to do and their cost (an upper bound from per-iteration "
+                       "times documented for one GPU, or a 2-core CPU for the CNNs; the "
+                       "machine is named); run nothing")
     sweep.add_argument("--executor", choices=("local", "slurm", "ray"), default="local",
                        help="where the cells run: local worker processes (default), Slurm "
                        "jobs through submitit (one job array per wave of ready cells; "
@@ -531,8 +590,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     base, _ = load_results(args.base)
     new, unfinished = load_results(args.new)
+    decisive = [m.strip() for value in args.decisive for m in value.split(",") if m.strip()]
     comparison = compare(base, new, metrics=args.metric or METRICS, tolerance=args.tolerance,
-                         only=args.only, unfinished=unfinished)
+                         only=args.only, unfinished=unfinished, decisive=decisive)
     out = args.out or (args.new if Path(args.new).is_dir() else ".")
     check_output_dir(out, "--out" if args.out else "NEW")
     print_table(comparison)
@@ -543,6 +603,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 0
     return 1 if comparison.failed else 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from decobench.reports.dashboard import make_dashboard
+    from decobench.tracking import resolve_mode
+
+    mode = resolve_mode()                           # a bad WANDB_MODE fails before any work
+    if args.out and Path(args.out).is_dir():
+        raise DecobenchError(f"--out {args.out} is a folder: give a file name, e.g. "
+                             f"{Path(args.out) / 'wandb-dashboard.json'}")
+    check_output_dir(Path(args.out).parent if args.out else args.results_dir,
+                     "--out" if args.out else "RESULTS")
+    result = make_dashboard(args.results_dir, base=args.compare, out=args.out, mode=mode)
+    for note in result.notes:
+        print(f"decobench: note: {note}", file=sys.stderr)
+    for url in result.urls:
+        print(url)
+    saved = f"saved {len(result.urls)} W&B views (above); " if result.urls else ""
+    print(f"dashboard: {saved}view specifications in {result.path}", file=sys.stderr)
+    return 0
 
 
 def _interrupt(signum: int, frame: Any) -> None:

@@ -1,5 +1,6 @@
-"""What a suite costs on one GPU, computed from documented per-iteration times
-(``decobench sweep SUITE --dry-run`` prints it; README "GPU tier").
+"""What a suite costs, computed from documented per-iteration times, each on the machine it
+was measured on: one GPU for the paper-size models, a 2-core CPU for the CNNs (an upper bound
+for a GPU) (``decobench sweep SUITE --dry-run`` prints it; README "GPU tier").
 
 The simulated backend computes the n workers' gradients in one process, so one iteration of
 a run takes about n × t, t being one worker's forward/backward on the device, and an
@@ -126,12 +127,19 @@ def suite_cost(configs: Sequence[RunConfig]) -> SuiteCost:
 
 
 def describe(cost: SuiteCost) -> str:
-    """Lines for ``--dry-run``: the bound, per task, and what it assumes."""
+    """Lines for ``--dry-run``: the bound, on the machine each time was measured on (a
+    GPU's, or a CPU's where that is all the task has), per task, and what it assumes."""
     if not cost.runs:
         return "cost: no runs"
     counted = [r for r in cost.runs if r.seconds is not None]
-    lines = [f"cost on one GPU, upper bound (every run uses its whole budget): "
-             f"{cost.seconds / 3600:.1f} h for {len(counted)} of {len(cost.runs)} runs"]
+    devices: dict[str, float] = {}
+    for r in counted:
+        device = STEP_TIMES[(r.config.task, r.config.profile)].device
+        devices[device] = devices.get(device, 0.0) + (r.seconds or 0.0)
+    where = "; ".join(f"{seconds / 3600:.1f} h at the times of {device}"
+                      for device, seconds in devices.items())
+    lines = [f"cost, upper bound (every run uses its whole budget): {cost.seconds / 3600:.1f} h "
+             f"for {len(counted)} of {len(cost.runs)} runs" + (f" ({where})" if where else "")]
     for task, seconds in cost.by_task().items():
         lines.append(f"  {task}: {seconds / 3600:.1f} h")
     for (task, profile), step in STEP_TIMES.items():
@@ -139,5 +147,5 @@ def describe(cost: SuiteCost) -> str:
             lines.append(f"  {task}/{profile}: {step.step_s:g} s per worker-iteration, "
                          f"{step.eval_s:g} s per evaluation on {step.device} ({step.source})")
     if cost.missing:
-        lines.append("  not estimated (no documented GPU step time): " + ", ".join(cost.missing))
+        lines.append("  not estimated (no documented step time): " + ", ".join(cost.missing))
     return "\n".join(lines)

@@ -26,11 +26,11 @@ was sent, header agreement so every rank re-plans identically):
 In both, each rank's gradient g goes through error feedback and Top-k at the current δ
 (deco-sgd.md §2), the compressed message is all-gathered in the background, and what
 ``.grad`` receives at iteration t is u_t = Σ_{s: s+τ_s=t} (1/n) Σ_i Δ^i_s: the stale, averaged
-update the benchmark's DD-EF-SGD applies; your optimizer then steps on it (torch's SGD with
-momentum and weight decay is the benchmark's shared optimizer). With ``deco-sgd`` the ranks
-measure compute time, transfer time and latency of every message and re-plan (δ, τ) every
-``deco_interval`` iterations (the latency is what the collective took beyond the bandwidth's
-share, as the network adds it: ``latency_mechanism="kernel"``).
+update the benchmark's DD-EF-SGD applies; your optimizer then steps on it (plain SGD is the
+paper's DD-EF-SGD; momentum on compressed updates: docs/library.md). With ``deco-sgd`` the
+ranks measure compute time, transfer time and latency of every message and re-plan (δ, τ)
+every ``deco_interval`` iterations (``latency_mechanism="kernel"``: the latency is the
+collective's fixed cost, timed on a one-element tensor, per latency hop).
 
 Requirements: ``torch.distributed`` initialised (gloo or NCCL), the same model and the same
 number of iterations on every rank.

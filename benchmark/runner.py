@@ -156,6 +156,11 @@ def prepare(config: RunConfig) -> PreparedRun:
         raise DecobenchError(f"{condition.label!r} is relative to the compute time T, so T "
                              "must be fixed: drop --compute-time measured or give --trace")
     data_root = Path(config.data_root) if config.data_root else None
+    if data_root is not None and "=" in config.data_root and not data_root.exists():
+        folder = config.data_root.partition("=")[2]
+        raise DecobenchError(f"--data-root {config.data_root}: a run takes the folder alone "
+                             f"(--data-root {folder}); TASK=DIR is the form of `decobench "
+                             "sweep`, which gives each task its own")
     download = data_root is None
     variant = task.dataset_variant(config.dataset)
     task.check_data(data_root, download, variant)

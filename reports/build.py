@@ -41,6 +41,7 @@ from decobench.reports.runs import Run, RunSet, load_runs
 from decobench.reports.speedup import REFERENCES
 from decobench.reports.tables import (
     Table,
+    budget_warnings,
     final_metric_table,
     group,
     has_target,
@@ -174,6 +175,9 @@ def build(rs: RunSet) -> tuple[list[Block], list[Table], list[figs.FigureFile]]:
         blocks.append(Para(f"No {', '.join(REFERENCES)} run here: no speed-up columns."))
     if targeted:
         add_table(ttt_table(targeted))
+        unequal = budget_warnings(targeted)
+        if unequal:
+            blocks.append(Para("**Unequal budgets.** " + " ".join(unequal)))
     untargeted = [r for r in runs if not has_target(r)]
     if untargeted:
         blocks.append(Para(f"{len(untargeted)} run(s) without a target (--target): no time "

@@ -1,24 +1,31 @@
 """Compare two sets of results cell by cell, for CI gates (``decobench compare BASE NEW``).
 
 Each side is a results folder (a sweep's, with ``manifest.json``, or any folder of run
-directories) or a **snapshot**: the small JSON file :func:`write_snapshot` makes of a results
-folder (``decobench compare --save FILE``), kept in a repository as the golden results
-(``benchmark/suites/golden/``). A snapshot holds, per cell, what the comparison reads from
-``summary.json`` and ``config.yaml``, the W&B run it was logged to, and the platform and
-library versions the runs were measured on.
+directories, e.g. ``decobench run --out``'s) or a **snapshot**: the small JSON file
+:func:`write_snapshot` makes of a results folder (``decobench compare --save FILE``), kept in a
+repository as the golden results (``benchmark/suites/golden/``). A snapshot holds, per cell,
+what the comparison reads from ``summary.json`` and ``config.yaml``, the W&B run it was logged
+to, and the platform and library versions the runs were measured on.
 
-**Cells** are matched by name: ``experiment/task/condition/label/nWORKERS/sSEED``. A cell only
-in BASE is *missing* (a run that no longer finishes counts as a regression), a cell only in
-NEW is *new*, and a cell whose identity (the hash of its resolved configuration,
-:func:`decobench.suite.identity`) changed is reported as *changed*, with the configuration
-fields that differ; its metrics are still compared.
+**Cells** are matched by name: ``experiment/task/condition/label/nWORKERS/sSEED``, where the
+condition is the network's name, not its numbers. A plain run (no sweep manifest: experiment
+``-``) names its condition after its trace or ratios, so two plain runs that differ only in
+that part are paired when the pairing is unique (:func:`_pair_plain_runs`). A cell only in BASE
+is *missing* (a run that no longer finishes counts as a regression), a cell only in NEW is
+*new*. Each compared cell's **configuration** is compared field by field (``config.yaml``,
+nested fields dotted, :data:`BOOKKEEPING_FIELDS` left out, files by name): a cell with a field
+that differs, or whose identity (:func:`decobench.suite.identity`, e.g. a trace file's
+content) differs, has a *changed configuration*; its metrics are still compared.
 
 **Metrics** (:data:`METRICS`): time to target, iterations to target and bits sent (lower is
 better), the final metric (accuracy: higher; perplexity and loss: lower) and the status
-(target reached, better than budget exhausted, better than diverged). A target met in BASE
-and not in NEW is a regression of time and iterations to target.
+(target reached, better than budget exhausted, better than diverged). **Time to target and the
+status decide** a cell's verdict (:data:`DECISIVE`), and the final metric where neither side
+reached the target; the others are shown beside them and *flagged* when worse beyond the
+tolerance, deciding only when named in ``decisive`` (``--decisive``). A target met in BASE and
+not in NEW is a regression of time to target.
 
-**Tolerance**: a cell regresses when NEW is worse than BASE by more than it.
+**Tolerance**: a decisive metric regresses when NEW is worse than BASE by more than it.
 
 - *exact* (0) when both sides ran on the simulated clock on the same platform with the same
   versions (:data:`ENVIRONMENT_KEYS`): such runs are deterministic, so any change is real;
@@ -37,6 +44,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
+import re
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -70,9 +78,23 @@ does not record one of them (made before it was recorded) is never compared exac
 LOWER_IS_BETTER = frozenset({"perplexity", "loss"})
 """Metric names whose smaller values are better (others, e.g. accuracy: larger)."""
 
-CONFIG_IGNORED = frozenset({"out", "data_root", "checkpoint_every_s", "versions", "trace_path",
-                            "trajectory", "gradients", "data_source"})
-"""config.yaml fields left out of a snapshot's configuration (paths, provenance)."""
+BOOKKEEPING_FIELDS = frozenset({
+    "out", "data_root", "data_source", "trace_path",            # where files lie
+    "checkpoint_every_s",                                       # when to save: no effect
+    "versions",                                  # the environment: it sets the tolerance
+    "trajectory", "gradients",          # how it was computed: trajectory reused, engine
+    "emulation.namespaces", "emulation.addresses", "emulation.shaper",   # hosts, addresses
+    "emulation.device", "emulation.torch_threads_per_rank",     # the machine's resources
+})
+"""config.yaml fields that are bookkeeping (dotted: nested): they differ between runs of one
+configuration (paths, the run directory, the machine, provenance) and change no result, so a
+snapshot leaves them out and a configuration change never counts them. config.yaml records
+no timestamps or host names; a file named in a value (a trace) counts by its name, not its
+folder (:func:`_file_names`)."""
+
+DECISIVE = ("time_to_target_s", "status")
+"""The metrics that always decide a cell's verdict; ``final_metric`` too where neither side
+reached the target. Others decide only when named in ``compare(decisive=...)``."""
 
 STATUS_RANK = {"reached": 0, "finished": 1, "budget_exhausted": 1, "diverged": 2, "failed": 3}
 
@@ -174,11 +196,21 @@ def _cell_of(run_dir: Path, entry: dict[str, Any]) -> Cell:
     name_fields = {**{k: summary.get(k) for k in ("task", "label", "condition", "workers",
                                                  "seed")}, **entry}
     name_fields["label"] = name_fields.get("label") or summary.get("method")
-    kept = {k: v for k, v in config.items() if k not in CONFIG_IGNORED}
+    kept = _without_bookkeeping(config)
     kept["_versions"] = config.get("versions") or {}
     return Cell(cell_name(name_fields), entry.get("identity") or config.get("identity"),
                 values, summary.get("metric_name"), summary.get("time_basis"), kept,
                 _wandb_of(run_dir, config))
+
+
+def _bookkeeping(field: str) -> bool:
+    return any(field == b or field.startswith(b + ".") for b in BOOKKEEPING_FIELDS)
+
+
+def _without_bookkeeping(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``config`` without :data:`BOOKKEEPING_FIELDS` (nested ones too)."""
+    return {k: _without_bookkeeping(v, f"{prefix}{k}.") if isinstance(v, dict) else v
+            for k, v in config.items() if not _bookkeeping(f"{prefix}{k}")}
 
 
 def _environment(cells: Iterable[Cell]) -> dict[str, Any] | None:
@@ -246,8 +278,9 @@ def write_snapshot(snapshot: Snapshot, path: str | Path) -> Path:
 
 @dataclass(frozen=True)
 class Change:
-    """One metric of one cell: BASE's and NEW's value, the tolerance, and the verdict
-    (``same``, ``better``, ``within`` tolerance, or ``regressed``)."""
+    """One metric of one cell: BASE's and NEW's value, the tolerance, whether it decides the
+    cell's verdict, and its verdict (``same``, ``better``, ``within`` tolerance, beyond it:
+    ``regressed`` if decisive, else ``flagged``)."""
 
     metric: str
     base: Any
@@ -255,6 +288,7 @@ class Change:
     tolerance: float | None
     verdict: str
     relative: float | None = None
+    decisive: bool = True
 
 
 @dataclass(frozen=True)
@@ -265,22 +299,32 @@ class CellComparison:
     config_diff: tuple[str, ...] = ()
     base_wandb: dict[str, Any] | None = None
     new_wandb: dict[str, Any] | None = None
+    new_name: str | None = None
+    """NEW's name where it differs (a plain run paired by :func:`_pair_plain_runs`)."""
 
     @property
     def regressed(self) -> bool:
         return any(c.verdict == "regressed" for c in self.changes)
 
     @property
+    def config_changed(self) -> bool:
+        return bool(self.config_diff) or self.identity_changed
+
+    @property
+    def flags(self) -> list[Change]:
+        return [c for c in self.changes if c.verdict == "flagged"]
+
+    @property
     def verdict(self) -> str:
-        """``regressed`` if a metric regressed; else ``within tolerance`` if one is worse
-        (but within it), even when another is better; else ``better`` or ``same``."""
-        if self.regressed:
+        """From the decisive metrics: ``regressed`` if one regressed; else ``within
+        tolerance`` if one is worse (but within it), even when another is better; else
+        ``better`` or ``same``. Flagged metrics do not change it."""
+        decisive = [c.verdict for c in self.changes if c.decisive]
+        if "regressed" in decisive:
             return "regressed"
-        if any(c.verdict == "within" for c in self.changes):
+        if "within" in decisive:
             return "within tolerance"
-        if any(c.verdict == "better" for c in self.changes):
-            return "better"
-        return "same"
+        return "better" if "better" in decisive else "same"
 
 
 @dataclass(frozen=True)
@@ -293,6 +337,9 @@ class Comparison:
     cells: tuple[CellComparison, ...]
     missing: tuple[str, ...]
     added: tuple[str, ...]
+    decisive: tuple[str, ...] = DECISIVE
+    """The metrics that decide every cell's verdict (the final metric also decides where
+    neither side reached the target)."""
 
     @property
     def regressed(self) -> list[CellComparison]:
@@ -304,22 +351,26 @@ class Comparison:
         return bool(self.regressed or self.missing)
 
     def headline(self) -> str:
-        changed = sum(c.identity_changed for c in self.cells)
+        changed = sum(c.config_changed for c in self.cells)
+        flagged = sum(bool(c.flags) for c in self.cells)
         same = sum(c.verdict == "same" for c in self.cells)
         better = sum(c.verdict == "better" for c in self.cells)
         within = sum(c.verdict == "within tolerance" for c in self.cells)
         verdict = "REGRESSION" if self.failed else "OK"
         return (f"{verdict}: {len(self.regressed)} regressed, {len(self.missing)} missing, "
-                f"{len(self.added)} new, {changed} with a changed configuration; "
-                f"{same} same, {better} better, {within} within tolerance "
-                f"({len(self.cells)} cells compared; tolerance: {self.mode})")
+                f"{len(self.added)} new, {changed} with a changed configuration, {flagged} "
+                f"with a flagged metric; {same} same, {better} better, {within} within "
+                f"tolerance ({len(self.cells)} cells compared; decided by "
+                f"{', '.join(self.decisive)}; tolerance: {self.mode})")
 
     def to_json(self) -> dict[str, Any]:
         return {"base": self.base, "new": self.new, "tolerance": self.mode,
-                "metrics": list(self.metrics), "regressed": self.failed,
-                "headline": self.headline(),
+                "metrics": list(self.metrics), "decisive": list(self.decisive),
+                "regressed": self.failed, "headline": self.headline(),
                 "missing": list(self.missing), "new_cells": list(self.added),
-                "cells": [{"name": c.name, "verdict": c.verdict,
+                "cells": [{"name": c.name, "new_name": c.new_name, "verdict": c.verdict,
+                           "flagged": [ch.metric for ch in c.flags],
+                           "config_changed": c.config_changed,
                            "identity_changed": c.identity_changed,
                            "config_diff": list(c.config_diff),
                            "base_wandb": c.base_wandb, "new_wandb": c.new_wandb,
@@ -373,40 +424,98 @@ def task_spread(spread: dict[str, float]) -> dict[str, float]:
     return largest
 
 
-def _compare_metric(metric: str, base: Cell, new: Cell, tolerance: float) -> Change:
+def _compare_metric(metric: str, base: Cell, new: Cell, tolerance: float,
+                    decisive: bool) -> Change:
     b, n = base.values.get(metric), new.values.get(metric)
     if metric == "status":
         rb, rn = STATUS_RANK.get(str(b), 4), STATUS_RANK.get(str(n), 4)
         verdict = "same" if rb == rn else ("better" if rn < rb else "regressed")
         return Change(metric, b, n, None, verdict)
+    worse = "regressed" if decisive else "flagged"
     bn, nn = _number(b), _number(n)
     if bn is None or nn is None:
         if bn is None and nn is None:
-            return Change(metric, b, n, tolerance, "same")
+            return Change(metric, b, n, tolerance, "same", None, decisive)
         # a value on one side only: for time and iterations to target, a target met or lost
         lost = nn is None
         if metric in ("time_to_target_s", "iters_to_target"):
-            return Change(metric, b, n, tolerance, "regressed" if lost else "better")
-        return Change(metric, b, n, tolerance, "regressed" if lost else "same")
+            return Change(metric, b, n, tolerance, worse if lost else "better", None, decisive)
+        return Change(metric, b, n, tolerance, worse if lost else "same", None, decisive)
     if bn == nn:
-        return Change(metric, b, n, tolerance, "same", 0.0)
-    worse = (nn - bn) if _lower_is_better(metric, base) else (bn - nn)
+        return Change(metric, b, n, tolerance, "same", 0.0, decisive)
+    by = (nn - bn) if _lower_is_better(metric, base) else (bn - nn)
     relative = (nn - bn) / abs(bn) if bn else math.inf
-    if worse < 0:
-        return Change(metric, b, n, tolerance, "better", relative)
-    within = bn != 0 and worse / abs(bn) <= tolerance
-    return Change(metric, b, n, tolerance, "within" if within else "regressed", relative)
+    if by < 0:
+        return Change(metric, b, n, tolerance, "better", relative, decisive)
+    within = bn != 0 and by / abs(bn) <= tolerance
+    return Change(metric, b, n, tolerance, "within" if within else worse, relative, decisive)
 
 
-def _config_diff(base: Cell, new: Cell) -> tuple[str, ...]:
-    keys = sorted((set(base.config) | set(new.config)) - {"_versions", "identity"})
-    return tuple(f"{k}: {base.config.get(k)!r} -> {new.config.get(k)!r}" for k in keys
-                 if base.config.get(k) != new.config.get(k))
+_FOLDERS = re.compile(r"[^\s:'\"(]*/(?=[^\s/]+\.[A-Za-z]{2,5}\b)")
+
+
+def _file_names(value: Any) -> Any:
+    """A string with the folders of the files it names dropped (``/x/traces/a.csv`` and
+    ``paper:/y/a.csv``: ``a.csv``, ``paper:a.csv``): a sweep's per-seed trace lies in its
+    own results folder, and a file's content shows in the run's ``network``."""
+    return _FOLDERS.sub("", value) if isinstance(value, str) else value
+
+
+def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested fields as dotted keys, without :data:`BOOKKEEPING_FIELDS`."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        field = f"{prefix}{key}"
+        if _bookkeeping(field):
+            continue
+        if isinstance(value, dict) and value:
+            flat.update(_flat(value, field + "."))
+        else:
+            flat[field] = _file_names(value)
+    return flat
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def config_diff(base: dict[str, Any], new: dict[str, Any]) -> tuple[str, ...]:
+    """The fields of two configurations (``config.yaml``) that differ, as ``field: old ->
+    new`` (nested fields dotted; :data:`BOOKKEEPING_FIELDS`, the identity and the versions
+    left out; files by name, :func:`_file_names`)."""
+    left = {k: v for k, v in base.items() if k not in ("_versions", "identity")}
+    right = {k: v for k, v in new.items() if k not in ("_versions", "identity")}
+    fb, fn = _flat(left), _flat(right)
+    return tuple(f"{k}: {_short(fb.get(k))} -> {_short(fn.get(k))}"
+                 for k in sorted(set(fb) | set(fn)) if fb.get(k) != fn.get(k))
 
 
 def _selected(name: str, only: Sequence[str]) -> bool:
     """``--only``: glob patterns on the cell name (any may match)."""
     return not only or any(fnmatch.fnmatchcase(name, pattern) for pattern in only)
+
+
+def _without_condition(name: str) -> str | None:
+    """A plain run's name (experiment ``-``) without its condition, else None."""
+    parts = name.split("/")
+    return "/".join(parts[:2] + parts[3:]) if len(parts) == 6 and parts[0] == "-" else None
+
+
+def _pair_plain_runs(only_base: set[str], only_new: set[str]) -> dict[str, str]:
+    """BASE's unmatched plain runs paired with NEW's whose names differ only in the condition
+    (a plain run's condition is named after its network), where the pairing is unique."""
+    def by_rest(names: set[str]) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = defaultdict(list)
+        for name in names:
+            rest = _without_condition(name)
+            if rest is not None:
+                found[rest].append(name)
+        return found
+
+    left, right = by_rest(only_base), by_rest(only_new)
+    return {left[rest][0]: right[rest][0] for rest in left
+            if len(left[rest]) == 1 and len(right.get(rest, ())) == 1}
 
 
 def _exact(base: Snapshot, new: Snapshot) -> tuple[bool, str]:
@@ -427,15 +536,29 @@ def _exact(base: Snapshot, new: Snapshot) -> tuple[bool, str]:
                   "runs)")
 
 
-def compare(base: Snapshot, new: Snapshot, *, metrics: Sequence[str] = METRICS,
-            tolerance: float | None = None, only: Sequence[str] = (),
-            unfinished: Sequence[str] = ()) -> Comparison:
-    """Compare ``new`` with ``base`` (module docstring); ``unfinished``: NEW's cells with no
-    finished run, reported as missing."""
+def _decisive(metrics: Sequence[str], decisive: Sequence[str]) -> tuple[str, ...]:
     unknown = sorted(set(metrics) - set(METRICS))
     if unknown:
         raise DecobenchError(f"unknown metric {', '.join(unknown)}; choose from "
                              f"{', '.join(METRICS)}")
+    unknown = sorted(set(decisive) - set(METRICS))
+    if unknown:
+        raise DecobenchError(f"--decisive {', '.join(unknown)}: not a metric; choose from "
+                             f"{', '.join(METRICS)}")
+    uncompared = sorted(set(decisive) - set(metrics))
+    if uncompared:
+        raise DecobenchError(f"--decisive {', '.join(uncompared)}: not compared; add "
+                             f"--metric {' --metric '.join(uncompared)}")
+    return tuple(m for m in METRICS if m in metrics and (m in DECISIVE or m in decisive))
+
+
+def compare(base: Snapshot, new: Snapshot, *, metrics: Sequence[str] = METRICS,
+            tolerance: float | None = None, only: Sequence[str] = (),
+            unfinished: Sequence[str] = (), decisive: Sequence[str] = ()) -> Comparison:
+    """Compare ``new`` with ``base`` (module docstring); ``unfinished``: NEW's cells with no
+    finished run, reported as missing; ``decisive``: metrics that decide besides
+    :data:`DECISIVE`."""
+    deciding = _decisive(metrics, decisive)
     if tolerance is not None and (not math.isfinite(tolerance) or tolerance < 0):
         raise DecobenchError(f"--tolerance {tolerance}: give a relative tolerance >= 0, "
                              "e.g. 0.05 for 5%")
@@ -451,9 +574,13 @@ def compare(base: Snapshot, new: Snapshot, *, metrics: Sequence[str] = METRICS,
                 f"({why})")
     names_base = {n for n in base.cells if _selected(n, only)}
     names_new = {n for n in new.cells if _selected(n, only)}
+    pairs = {n: n for n in names_base & names_new}
+    pairs.update(_pair_plain_runs(names_base - names_new, names_new - names_base))
     rows = []
-    for name in sorted(names_base & names_new):
-        b, n = base.cells[name], new.cells[name]
+    for name, new_name in sorted(pairs.items()):
+        b, n = base.cells[name], new.cells[new_name]
+        neither = _number(b.values.get("time_to_target_s")) is None and _number(
+            n.values.get("time_to_target_s")) is None
         changes = []
         for metric in metrics:
             if tolerance is not None:
@@ -464,14 +591,15 @@ def compare(base: Snapshot, new: Snapshot, *, metrics: Sequence[str] = METRICS,
                 own = spreads[metric].get(b.group)
                 tol = max(DEFAULT_TOLERANCE, own if own is not None
                           else by_task[metric].get(_task(b.group), 0.0))
-            changes.append(_compare_metric(metric, b, n, tol))
+            decides = metric in deciding or (metric == "final_metric" and neither)
+            changes.append(_compare_metric(metric, b, n, tol, decides))
         changed = b.identity is not None and n.identity is not None and b.identity != n.identity
-        rows.append(CellComparison(name, tuple(changes), changed,
-                                   _config_diff(b, n) if changed else (), b.wandb, n.wandb))
-    missing = sorted((names_base - names_new)
+        rows.append(CellComparison(name, tuple(changes), changed, config_diff(b.config, n.config),
+                                   b.wandb, n.wandb, None if new_name == name else new_name))
+    missing = sorted((names_base - set(pairs))
                      | {u for u in unfinished if _selected(u, only) and u in names_base})
     return Comparison(base.source, new.source, mode, tuple(metrics), tuple(rows),
-                      tuple(missing), tuple(sorted(names_new - names_base)))
+                      tuple(missing), tuple(sorted(names_new - set(pairs.values()))), deciding)
 
 
 # --------------------------------------------------------------------------- rendering
@@ -499,9 +627,19 @@ def _change_text(change: Change) -> str:
     arrow = f"{_fmt(change.base)} → {_fmt(change.new)}"
     if change.relative is not None and math.isfinite(change.relative):
         arrow += f" ({change.relative:+.1%})"
-    mark = {"regressed": " **REGRESSED**", "better": " (better)",
+    mark = {"regressed": " **REGRESSED**", "better": " (better)", "flagged": " (flag)",
             "within": " (worse, within tolerance)"}[change.verdict]
     return arrow + mark
+
+
+def _cell_text(cell: CellComparison) -> str:
+    return cell.name + (f" (NEW: {cell.new_name})" if cell.new_name else "")
+
+
+def _diff_text(cell: CellComparison) -> list[str]:
+    """The changed configuration fields, or why the identity differs without one."""
+    return list(cell.config_diff) or ["identity differs, no recorded field does (e.g. a "
+                                      "trace file's content)"]
 
 
 def to_markdown(comparison: Comparison) -> str:
@@ -518,17 +656,18 @@ def to_markdown(comparison: Comparison) -> str:
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     order = sorted(comparison.cells, key=lambda c: (not c.regressed, c.name))
     for cell in order:
-        name = f"`{cell.name}`" + (" (configuration changed)" if cell.identity_changed else "")
+        name = f"`{_cell_text(cell)}`" + (" (configuration changed)" if cell.config_changed
+                                           else "")
         links = " ".join(x for x in (_wandb_link(cell.base_wandb, "base"),
                                      _wandb_link(cell.new_wandb, "new")) if x)
         lines.append("| " + " | ".join([name, cell.verdict,
                                         *(_change_text(c) for c in cell.changes), links]) + " |")
-    changed = [c for c in comparison.cells if c.identity_changed]
+    changed = [c for c in comparison.cells if c.config_changed]
     if changed:
-        lines += ["", "Changed configurations:"]
+        lines += ["", "Changed configurations (field: BASE -> NEW):"]
         for cell in changed:
-            lines.append(f"- `{cell.name}`: " + ("; ".join(cell.config_diff) or
-                                                 "identity differs (fields not recorded)"))
+            lines.append(f"- `{_cell_text(cell)}`: " + "; ".join(
+                f"`{line}`" for line in _diff_text(cell)))
     return "\n".join(lines) + "\n"
 
 
@@ -542,7 +681,7 @@ def print_table(comparison: Comparison) -> None:
         table.add_column(column, overflow="fold")
     for cell in sorted(comparison.cells, key=lambda c: (not c.regressed, c.name)):
         style = "bold red" if cell.regressed else None
-        table.add_row(cell.name + (" *" if cell.identity_changed else ""), cell.verdict,
+        table.add_row(_cell_text(cell) + (" *" if cell.config_changed else ""), cell.verdict,
                       *(_change_text(c).replace("**", "") for c in cell.changes), style=style)
     console = Console(width=200)
     console.print(table)
@@ -551,8 +690,11 @@ def print_table(comparison: Comparison) -> None:
     for name in comparison.added:
         console.print(f"new in NEW: {name}")
     for cell in comparison.cells:
-        if cell.identity_changed:
-            console.print(f"* {cell.name}: " + "; ".join(cell.config_diff))
+        if cell.config_changed:
+            console.print(f"* {_cell_text(cell)}: configuration changed (field: BASE -> NEW)",
+                          highlight=False)
+            for line in _diff_text(cell):
+                console.print(f"    {line}", highlight=False, markup=False)
 
 
 def write_comparison(comparison: Comparison, out: str | Path) -> tuple[Path, Path]:
@@ -565,8 +707,9 @@ def write_comparison(comparison: Comparison, out: str | Path) -> tuple[Path, Pat
     return markdown, data
 
 
-__all__ = ["DEFAULT_TOLERANCE", "ENVIRONMENT_KEYS", "METRICS", "SNAPSHOT_FORMAT", "Cell",
-           "CellComparison", "Change", "Comparison", "Snapshot", "cell_name", "compare",
+__all__ = ["BOOKKEEPING_FIELDS", "DECISIVE", "DEFAULT_TOLERANCE", "ENVIRONMENT_KEYS",
+           "METRICS", "SNAPSHOT_FORMAT", "Cell", "CellComparison", "Change", "Comparison",
+           "Snapshot", "cell_name", "compare", "config_diff",
            "load_results", "print_table", "seed_spread", "task_spread", "to_markdown",
            "write_comparison",
            "write_snapshot"]

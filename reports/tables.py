@@ -327,3 +327,42 @@ def time_table(runs: Sequence[Run]) -> Table:
                  note=f"{len(runs)} runs, {total:.0f} s of recorded run wall time in all "
                  "(the runs' own clocks: parallel jobs overlap, so the sweep's elapsed time "
                  "is shorter; setup and the report are not counted).")
+
+
+UNEQUAL_BUDGET_RATIO = 2.0
+"""An iteration budget is flagged when it ended a method in less than 1/this of the simulated
+time another method ran in the same cell (docs/suites.md "Budgets")."""
+
+
+def _iteration_ended(run: Run) -> bool:
+    """The run stopped at its iteration budget: out of budget, and not by a simulated-time
+    budget it had reached."""
+    if run.status != "budget_exhausted":
+        return False
+    limit = as_float(run.config.get("max_sim_time"))
+    return limit is None or run.sim_time_s < limit
+
+
+def budget_warnings(runs: Sequence[Run]) -> list[str]:
+    """One line per (task, condition, workers, label) whose iteration budget ended it in
+    less than 1/:data:`UNEQUAL_BUDGET_RATIO` of the simulated time another label ran there:
+    its methods were not given the same time, so its times to target do not compare."""
+    lines = []
+    for (task, condition, workers), rs in group(runs, cell_key).items():
+        for label, own in group(rs, lambda r: r.label).items():
+            ended = [r for r in own if _iteration_ended(r)]
+            others = [r for r in rs if r.label != label]
+            if not ended or not others:
+                continue
+            short = min(ended, key=lambda r: r.sim_time_s)
+            long = max(others, key=lambda r: r.sim_time_s)
+            if long.sim_time_s <= UNEQUAL_BUDGET_RATIO * short.sim_time_s:
+                continue
+            lines.append(
+                f"{task} on {condition} (n={workers}): {label}'s iteration budget ended it "
+                f"after {int(short.summary.get('iterations') or 0)} iterations and "
+                f"{short.sim_time_s:.2f} simulated s (seed {short.seed}), while {long.label} "
+                f"ran {long.sim_time_s:.2f} s (seed {long.seed}): the methods did not get the "
+                "same time. Give a simulated-time budget (--max-sim-time; max_sim_time in a "
+                "suite), or compare with `decobench versus`, whose default budget is one.")
+    return lines

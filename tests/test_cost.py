@@ -30,3 +30,13 @@ def test_suite_cost_defaults_to_the_profiles_and_names_what_it_cannot_estimate()
     assert cost.missing == ["vit-imagenet/cpu"]
     text = describe(cost)
     assert "upper bound" in text and "1 of 2 runs" in text and "vit-imagenet/cpu" in text
+    assert f"at the times of {vit.device}" in text
+
+
+def test_a_cpu_measured_time_is_not_priced_as_a_gpu():
+    """The CNNs' times are a 2-core CPU's: the bound names that machine, not a GPU."""
+    configs = [RunConfig(task="cnn-fmnist", method="d-sgd", trace="constant-1gbps-10ms",
+                         max_iters=100)]
+    text = describe(suite_cost(configs))
+    assert "on one GPU" not in text
+    assert "at the times of a 2-core CPU" in text.splitlines()[0]

@@ -5,7 +5,8 @@
     core         decobench.* (the rest of benchmark/)   the training core
     plugins      decobench.baselines.*          methods, registered by entry point
     reports      decobench.reports.*            tables and figures from run directories
-    front ends   decobench.cli, decobench.emulated.entry (+ __main__), decobench.bench
+    front ends   decobench.cli, decobench.versus, decobench.emulated.entry (+ __main__),
+                 decobench.bench
 
 Each layer imports only the layers above it in this list (plugins and reports import the
 core, not each other); front ends import anything. Every import statement counts, also
@@ -24,7 +25,7 @@ FOLDERS = {"benchmark": "decobench", "baselines": "decobench.baselines",
            "netem": "decobench.netem", "reports": "decobench.reports"}
 FOUNDATION = {"decobench", "decobench.errors", "decobench.atomicio"}
 FRONT_ENDS = {"decobench.cli", "decobench.emulated.entry", "decobench.emulated.__main__",
-              "decobench.bench"}
+              "decobench.bench", "decobench.versus"}
 OLD_TOP_LEVEL = {"benchmark", "baselines", "netem", "reports"}
 
 

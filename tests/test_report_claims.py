@@ -520,3 +520,31 @@ def test_a_model_far_below_the_papers_size_qualifies_the_verdict(tmp_path):
     row = by_start(cnn, "DeCo-SGD up to 5.07x")
     assert row.verdict == REPRODUCED and row.data == "cnn-fmnist: slice"
     assert row.model == "cnn-fmnist 455K (paper 455K)"
+
+
+def test_regime_map_names_the_paper_line_in_the_title_not_over_a_cell(tmp_path, monkeypatch):
+    """Issue 40: the contour label '5.07x (paper)' was drawn on the line and covered a cell's
+    figure; the line is now named in the panel's title and the plot area holds only the
+    cells' own labels."""
+    from matplotlib.figure import Figure
+
+    import decobench.reports.figures as figs
+
+    times = {(1.0, 1.0): (200, 100), (4.0, 1.0): (600, 100), (1.0, 4.0): (500, 120),
+             (4.0, 4.0): (1000, 150)}                 # speed-ups 2 to 6.7: 5.07 inside
+    for (rho, lam), (dsgd, deco) in times.items():
+        for method, ttt in (("d-sgd", dsgd), ("deco-sgd", deco)):
+            run_dir(tmp_path, method=method, condition=f"rho{rho:g}-lambda{lam:g}",
+                    ttt=float(ttt), network={"kind": "ratios"},
+                    config_extra={"transmission_ratio": rho, "latency_ratio": lam})
+    drawn = []
+    monkeypatch.setattr(figs, "render", lambda name, title, caption, size, draw:
+                        drawn.append(draw))
+    figs.regime_map(regime_maps(load_runs(tmp_path).runs))
+    fig = Figure()
+    drawn[0](fig)
+    ax = fig.axes[0]
+    assert ax.collections                              # the contour was drawn
+    assert "black line: the paper's 5.07x" in ax.get_title()
+    assert sorted(t.get_text() for t in ax.texts) == sorted(["2.00x", "6.00x", "4.17x",
+                                                             "6.67x"])
