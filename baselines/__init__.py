@@ -1,7 +1,7 @@
 """Baseline methods of the paper's comparison, registered with the method registry.
 
 Each baseline reuses the shared machinery of :mod:`benchmark` (compressors, error
-feedback, delay queue, shared optimizer); see ``../shared/spec/baselines.md`` and the
+feedback, delay queue, shared optimizer); see docs/design.md §8 and the
 method cards in ``docs/methods/``.
 """
 

@@ -1,5 +1,5 @@
 """Accordion: adaptive per-layer Top-k driven by a critical-regime detector
-(Agarwal et al., MLSys 2021; baselines.md "Accordion").
+(Agarwal et al., MLSys 2021; docs/design.md §8.2).
 
 Synchronous (τ = 0) layer-wise Top-k with error feedback. For every worker i and every
 tensor l of the model (its coordinates in the flat vector, in ``param_shapes`` order):
@@ -11,7 +11,7 @@ tensor l of the model (its coordinates in the flat vector, in ``param_shapes`` o
     u_t = (1/n) Σ_i c_t^i,   x_{t+1} = shared optimizer step on u_t
 
 δ_l is δ_crit while layer l is in a critical regime, δ_noncrit otherwise. Bits per worker:
-W = Σ_{compressed l} W(k_l, d_l) + 32 · (dense parameters), with W(k, d) of deco-sgd.md §3
+W = Σ_{compressed l} W(k_l, d_l) + 32 · (dense parameters), with W(k, d) of docs/design.md §3
 evaluated on the layer's own d_l (its indices address the layer). When every tensor is
 sent whole the message is one dense all-reduce of 32 d bits, so Accordion(δ_crit =
 δ_noncrit = 1) is the same computation as D-SGD.

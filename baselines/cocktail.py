@@ -1,10 +1,10 @@
-"""CocktailSGD (Wang et al., ICML 2023) with its own compressor (baselines.md "CocktailSGD").
+"""CocktailSGD (Wang et al., ICML 2023) with its own compressor (docs/design.md §8.4).
 
 Not the DeCo paper's "CocktailSGD" row: the paper ran all baselines with Top-k (appendix
 C.2), i.e. :mod:`decobench.baselines.cocktail_topk`. This is the original's compressor at the same
 frozen (δ, τ):
 
-DD-EF-SGD (deco-sgd.md §2) with the compressor C = Quant_b ∘ TopK_r ∘ RandSample_p of
+DD-EF-SGD (docs/design.md §2) with the compressor C = Quant_b ∘ TopK_r ∘ RandSample_p of
 :mod:`decobench.baselines.cocktail_compressor` in place of global Top-k:
     p_t^i = e_t^i + g_t^i,   Δ_t^i = C_δ(p_t^i) (dequantised),   e_{t+1}^i = p_t^i − Δ_t^i,
     u_t = (1/n) Σ_i Σ_{s : s + τ = t} Δ_s^i,   x_{t+1} = shared optimizer step on u_t,
@@ -137,7 +137,7 @@ class CocktailSGD(DDEFSGD):
 
 def probe_delta(compressor: CocktailCompressor, initial_delta: float, d: int) -> float:
     """The smallest δ in [``initial_delta``, 1] at which CocktailSGD's message has at least
-    the wire bits of DeCo-SGD's probe, Top-k at ``initial_delta`` (deco-sgd.md §3); 1 if
+    the wire bits of DeCo-SGD's probe, Top-k at ``initial_delta`` (docs/design.md §3); 1 if
     none has. Bisection on δ: the message's bits never fall as δ grows."""
     need = topk_wire_bits_at(initial_delta, d)
     if compressor.size(initial_delta, d).bits_per_worker >= need:

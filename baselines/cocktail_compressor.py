@@ -1,4 +1,4 @@
-"""CocktailSGD's compressor C = Quant_b ∘ TopK_r ∘ RandSample_p (baselines.md "CocktailSGD").
+"""CocktailSGD's compressor C = Quant_b ∘ TopK_r ∘ RandSample_p (docs/design.md §8.4).
 
 For each worker's error-compensated vector p_t^i (row i of ``[n, d]``):
 
@@ -24,8 +24,9 @@ Split of δ into (p, r): p = max_sample_fraction if δ <= max_sample_fraction, e
 r = 1; r = δ / p (the reference's p = 0.1, r = 0.2 is δ = 0.02).
 
 Bits on the wire per worker: W = m + k·b + 16·⌈k / bucket_size⌉ (the mask, the integers,
-the fp16 scales). The spec's closed form p·d·(r·b + r·16/128 + 1) equals it when m = p·d
-and k = r·m are integers and k is a multiple of 128; the count actually sent is reported.
+the fp16 scales). The closed form of docs/design.md §8.4, p·d·(r·b + r·16/128 + 1), equals
+it when m = p·d and k = r·m are integers and k is a multiple of 128; the count actually sent
+is reported.
 The mask's m bits are counted even when r = 1 (k = m), as the closed form does.
 """
 

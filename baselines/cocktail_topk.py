@@ -1,9 +1,9 @@
-"""The DeCo paper's static strategy: "CocktailSGD" as the paper ran it (baselines.md
-"CocktailSGD"; the paper's appendix C.2).
+"""The DeCo paper's static strategy: "CocktailSGD" as the paper ran it (docs/design.md
+§8.5; the paper's appendix C.2).
 
 The appendix says "the compressor we use in all baselines is Top-k" and "CocktailSGD uses the
 fixed δ and τ ... chosen by DeCo-SGD". So the paper's CocktailSGD row is DD-EF-SGD
-(deco-sgd.md §2) with global Top-k and a static (δ, τ) equal to DeCo's FIRST plan:
+(docs/design.md §2) with global Top-k and a static (δ, τ) equal to DeCo's FIRST plan:
 
     p_t^i = e_t^i + g_t^i,   Δ_t^i = TopK_δ(p_t^i),   e_{t+1}^i = p_t^i − Δ_t^i,
     u_t = (1/n) Σ_i Σ_{s : s + τ_s = t} Δ_s^i,   x_{t+1} = shared optimizer step on u_t,
@@ -11,7 +11,7 @@ fixed δ and τ ... chosen by DeCo-SGD". So the paper's CocktailSGD row is DD-EF
 where iteration 0 is DeCo's probe (δ = ``initial_delta``, τ = 0), the first plan is made from
 its measurement exactly as DeCo-SGD makes it, and that plan is never changed
 (``PLAN_ONCE``). It is therefore DeCo-SGD without re-planning: the same messages, the same
-bits (W(δ) of deco-sgd.md §3), and the same first plan; it differs only once the network
+bits (W(δ) of docs/design.md §3), and the same first plan; it differs only once the network
 changes. The report's headline "speed-up over the static strategy" is measured against
 this method. CocktailSGD with its own compressor (random sample → Top-k → 4-bit
 quantisation, :mod:`decobench.baselines.cocktail`) is the original's method and stays its own row.

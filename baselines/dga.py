@@ -1,4 +1,4 @@
-"""DGA: Delayed Gradient Averaging (baselines.md "DGA"; Zhu et al., NeurIPS 2021).
+"""DGA: Delayed Gradient Averaging (docs/design.md §8.3; Zhu et al., NeurIPS 2021).
 
 Every worker j holds its own model w^j. At iteration t it takes its gradient g^j_t at w^j_t,
 runs the shared optimizer on it (learning-rate schedule, momentum and weight decay included;
@@ -14,7 +14,7 @@ applies it at once and sends it (dense, 32 d bits) with staleness D:
 so each worker swaps its own stale contribution for the average once that average arrives,
 D iterations later. The workers' models differ only by their last D local updates:
 w^j_t = x̄_t + Σ_{s in flight} Δ^j_s, where x̄_t = x_0 + Σ_{s applied} (1/n) Σ_i Δ^i_s is the
-part they all share. With D = 0 this is D-SGD (deco-sgd.md §2 with δ = 1, τ = 0).
+part they all share. With D = 0 this is D-SGD (docs/design.md §2 with δ = 1, τ = 0).
 
 Choice of D (static, as in the paper): the smallest integer D >= 0 with
 
@@ -22,7 +22,7 @@ Choice of D (static, as in the paper): the smallest integer D >= 0 with
 
 from the first transfer measured (T: compute time, c: transmission time of the dense message,
 lat: latency; see :func:`dga_delay`). Bits: 32 d per worker per iteration; time model: τ = D
-with W = 32 d (deco-sgd.md §4). DGA hides latency, not bandwidth.
+with W = 32 d (docs/design.md §4.4). DGA hides latency, not bandwidth.
 
 Decisions this project made where the paper or its reference code is ambiguous:
 
@@ -45,7 +45,7 @@ Decisions this project made where the paper or its reference code is ambiguous:
   x̄ + (1/n) Σ_j Σ_{s in flight} Δ^j_s. BatchNorm statistics: the simulated backend reads
   buffers from one template module and never updates them during training, so all workers
   share identical statistics and their average is that shared value.
-- Messages still in flight when training ends are never applied (deco-sgd.md §2); their
+- Messages still in flight when training ends are never applied (docs/design.md §2.3); their
   local parts are in each worker's model, so the average model contains their average.
 """
 

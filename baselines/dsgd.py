@@ -1,4 +1,4 @@
-"""D-SGD: synchronous data-parallel SGD (baselines.md "D-SGD").
+"""D-SGD: synchronous data-parallel SGD (docs/design.md §8.1).
 
 Every iteration every worker computes g_t^i at the shared x_t; u_t = (1/n) Σ_i g_t^i is
 all-reduced dense and the shared optimizer steps on it. It is DD-EF-SGD with δ = 1 and

@@ -4,7 +4,7 @@ docs/methods/static-mean-plan.md).
 The paper's static strategy (:mod:`decobench.baselines.cocktail_topk`) freezes DeCo's FIRST
 plan, made from one probe: on a varying link that plan depends on where the trace happens
 to start (a lottery). This variant asks what a static (δ, τ) chosen with foresight of the
-condition does: DD-EF-SGD with global Top-k and (δ, τ) = DeCo's Algorithm 1 (deco-sgd.md §5)
+condition does: DD-EF-SGD with global Top-k and (δ, τ) = DeCo's Algorithm 1 (docs/design.md §5.3)
 applied, before the run, to the trace's mean bandwidth and mean one-way latency and the
 compute time T (``MethodContext.condition``). It sends the same messages
 as DeCo-SGD at that pair (W(δ) of §3) from iteration 0 (no probe) and never re-plans. It is

@@ -11,7 +11,7 @@ then has at least the time the slowest one would have had under the iteration bu
 
 :func:`iterations_within` gives the iteration cap that cannot end a run before its time
 budget: an iteration costs at least its compute time T, so no run steps more than
-``budget / T`` iterations inside the budget.
+``budget / T`` iterations inside the budget; the cap adds one iteration beyond that.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ def dense_time_budget(link: Link, d: int, compute_s: float, iterations: int, *,
 
 
 def iterations_within(budget_s: float, compute_s: float) -> int:
-    """The most iterations any method can step in ``budget_s`` simulated seconds when each
-    costs at least ``compute_s`` of compute (plus one, for the iteration that crosses it)."""
+    """An iteration cap no method reaches inside ``budget_s`` simulated seconds when each
+    iteration costs at least ``compute_s`` of compute: ⌈budget / T⌉ + 1, so the cap's
+    iterations take at least one T longer than the budget (rounding cannot make them meet)."""
     if not (budget_s > 0 and compute_s > 0):
         raise ValueError("budget_s and compute_s must be positive")
-    return math.floor(budget_s / compute_s) + 1
+    return math.ceil(budget_s / compute_s) + 1

@@ -1,4 +1,4 @@
-"""The ``decobench`` command line (interfaces.md "Command line").
+"""The ``decobench`` command line (docs/design.md §9.2).
 
 Subcommands: ``run`` (one training run), ``sweep`` (a suite of runs, in parallel and
 resumable), ``report`` (tables and figures of finished runs), ``plan`` (DeCo's (δ, τ) for
@@ -160,7 +160,7 @@ def _add_run(sub: Any, argv: Sequence[str]) -> None:
 
 def _add_plan(sub: Any, argv: Sequence[str]) -> None:
     plan = sub.add_parser("plan", help=SUBCOMMANDS["plan"],
-                          description="DeCo's plan (deco-sgd.md §5) for a model size, compute "
+                          description="DeCo's plan (docs/design.md §5) for a model size, compute "
                           "time, bandwidth and latency.")
     _plan_flags(plan)
     plan.set_defaults(func=cmd_plan)

@@ -1,4 +1,4 @@
-"""Gradient compressors that report the bits they put on the wire (deco-sgd.md §2–§3).
+"""Gradient compressors that report the bits they put on the wire (docs/design.md §2–§3).
 
 A compressor acts on the error-compensated gradients of all n workers at once, as one
 ``[n, d]`` tensor (row i is worker i's flattened model), and returns a :class:`Compressed`
@@ -54,7 +54,7 @@ class Compressed:
 
     ``values`` is ``[n, k]`` with ``indices`` ``[n, k]`` for sparse messages, or ``[n, d]``
     with ``indices = None`` for dense ones. ``bits_per_worker`` is W, the wire size of one
-    worker's message (deco-sgd.md §3). ``delta`` is the kept fraction k/d actually used.
+    worker's message (docs/design.md §3). ``delta`` is the kept fraction k/d actually used.
     ``wire``: how a message whose format is not Top-k's or dense goes on a real wire
     (:class:`WireMessage`; None for Top-k and dense messages, which the emulated backend's
     codec encodes itself).
@@ -143,7 +143,7 @@ class DenseCompressor:
 
 
 class TopKCompressor:
-    """Global Top-k over the flattened model (deco-sgd.md §2): keep the k = max(1, ⌈δ d⌉)
+    """Global Top-k over the flattened model (docs/design.md §2.2): keep the k = max(1, ⌈δ d⌉)
     entries of largest magnitude in each worker's row.
 
     W(δ) = min(k (32 + ⌈log2 d⌉), 32 k + d, 32 d) bits (§3). With k = d the message is sent

@@ -178,7 +178,7 @@ class RunConfig(BaseModel):
         "deciding them: the same decisions on another backend or network")
     transport_model: str | None = Field(
         None, description="simulated: how the collectives depart from the time model's ideal "
-        "link: 'ideal' (deco-sgd.md §4, the default) or a transport_model.json fitted on "
+        "link: 'ideal' (docs/design.md §4.7, the default) or a transport_model.json fitted on "
         "emulated links (decobench run --backend emulated --calibrate-transport; or its run "
         "directory): per-collective costs and how messages in flight share the link (fifo "
         "as the time model, or shared on lanes); docs/emulation.md \"Transport models\"")

@@ -1,4 +1,4 @@
-"""Error feedback in gradient units (deco-sgd.md §2).
+"""Error feedback in gradient units (docs/design.md §2.1).
 
 For every worker i:  p_t = e_t + g_t,  Δ_t = C_δ(p_t),  e_{t+1} = p_t − Δ_t.
 The memory starts at zero, so with δ = 1 (C = identity) it stays zero and the method is

@@ -1,5 +1,5 @@
 """What the DeCo controller knows about the network: estimates from measurements, never
-from the trace (deco-sgd.md §5).
+from the trace (docs/design.md §5.1).
 
 - ``â``: bandwidth, bits on the link over each transfer's service time
   ``(h W) / (txe - txs)``, smoothed by an EWMA. Where the transport says that ``B`` of
@@ -21,7 +21,7 @@ from decobench.errors import DecobenchError
 @dataclass(frozen=True)
 class NetworkEstimate:
     """``â`` (bit/s), ``b̂`` (s) and ``T̂`` (s), the figures a plan is made from: smoothed
-    measurements at one moment (deco-sgd.md §5), or a trace's means known before the run
+    measurements at one moment (docs/design.md §5.1), or a trace's means known before the run
     (``MethodContext.condition``, for ``static-mean-plan``)."""
 
     bandwidth_bps: float
@@ -58,7 +58,7 @@ class Ewma:
 class LinkEstimator:
     """Smoothed â, b̂, T̂ from what the run observed: â from each completed transfer
     (``bits·h / (tx_end − tx_start)``), b̂ from ``(arrive − tx_end) / l``, T̂ from compute
-    times (deco-sgd.md §5).
+    times (docs/design.md §5.1).
 
     Transfers of zero duration (nothing on the link) say nothing about â and are skipped for
     it; a latency factor of 0 (one worker under ``ring``) says nothing about b̂. A run whose

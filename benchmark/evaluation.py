@@ -1,4 +1,4 @@
-"""When a run evaluates, and when it reached its targets (deco-sgd.md §6 "Metrics").
+"""When a run evaluates, and when it reached its targets (docs/design.md §6.1, §6.2).
 
 Time to target is the time of the first evaluation that meets the target, so it is only as
 fine as the evaluations: the crossing lies somewhere after the previous evaluation. This

@@ -1,6 +1,6 @@
 """A model's trainable parameters as one flat fp32 vector x ∈ R^d.
 
-Top-k is global over the flattened model (deco-sgd.md §2), so every method works on flat
+Top-k is global over the flattened model (docs/design.md §2.2), so every method works on flat
 vectors; :class:`FlatModel` turns a flat vector back into the named tensors that
 ``torch.func.functional_call`` needs.
 """

@@ -24,7 +24,7 @@ was sent, header agreement so every rank re-plans identically):
       model.register_comm_hook(state, deco_hook)
 
 In both, each rank's gradient g goes through error feedback and Top-k at the current δ
-(deco-sgd.md §2), the compressed message is all-gathered in the background, and what
+(docs/design.md §2), the compressed message is all-gathered in the background, and what
 ``.grad`` receives at iteration t is u_t = Σ_{s: s+τ_s=t} (1/n) Σ_i Δ^i_s: the stale, averaged
 update the benchmark's DD-EF-SGD applies; your optimizer then steps on it (plain SGD is the
 paper's DD-EF-SGD; momentum on compressed updates: docs/library.md). With ``deco-sgd`` the
@@ -34,23 +34,39 @@ collective's fixed cost, timed on a one-element tensor, per latency hop).
 
 Requirements: ``torch.distributed`` initialised (gloo or NCCL), the same model and the same
 number of iterations on every rank.
+
+Checkpointing (as PyTorch's PowerSGD state): ``state_dict()`` after an iteration, on every
+rank, and ``load_state_dict(state)`` on a fresh object before the first iteration after a
+restart; the run then continues as if it had not stopped (docs/library.md, "Checkpointing").
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from decobench.emulated.transport import DistributedTransport
+from decobench.compressors import Update
+from decobench.emulated.comm import Arrival
+from decobench.emulated.transport import DistributedTransport, SentRecord
 from decobench.errors import DecobenchError
+from decobench.estimators import NetworkEstimate
 from decobench.methods import DDEFSGD, Method, MethodContext, Observation, get_method_spec
 from decobench.methods.base import summed
+from decobench.methods.controllers import (
+    Controller,
+    DecoController,
+    PlanRecord,
+    Schedule,
+    StaticController,
+)
 from decobench.netem.generators import constant
 from decobench.optimizer import OptimizerConfig
+from decobench.planner import Plan
 
 
 @dataclass(frozen=True)
@@ -84,7 +100,8 @@ class DecoCommunication:
             raise DecobenchError(f"method {method} cannot run over real collectives: "
                                  f"{spec.emulation}")
         rank, world = dist.get_rank(), dist.get_world_size()
-        self.d = d
+        self.d, self.method_name, self.rank, self.workers = d, method, rank, world
+        self.device = device
         # the optimizer of the method is never stepped here: your optimizer steps on .grad
         unused = OptimizerConfig(lr=1.0, momentum=0.0, weight_decay=0.0, schedule="constant",
                                  warmup_iters=0, total_iters=1)
@@ -134,6 +151,162 @@ class DecoCommunication:
         thread; call once after the last iteration, on every rank."""
         self.transport.finish()
 
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the next iteration reads, in plain types (``torch.load`` reads it with
+        ``weights_only=True``): ``agreed``, the same on every rank (the iteration, the
+        controller's estimates and plan, the observations it has not read yet, the messages
+        in flight with their mean updates, the sent-message records) and ``rank_local``
+        (the error-feedback memory, this rank's measured times and clock).
+
+        Settles the background thread first: waits until the collective of every message
+        in flight has completed (every rank has sent them already; nothing is applied).
+        Call it on every rank after the same iteration, once its step has returned."""
+        transport = self.transport
+        assert transport.comm is not None
+        with transport.evaluation_pause():       # the wait is not compute time
+            arrivals = {s: transport.comm.peek(s) for s in transport.unapplied}
+        times = {s: (a.tx_start_s, a.tx_end_s, a.arrive_s) for s, a in arrivals.items()}
+        report = (None if transport.report_next is None
+                  else transport.sent.get(transport.report_next))
+        if report is not None and report.arrival is not None:   # the next header's report
+            a = report.arrival
+            times[a.iteration] = (a.tx_start_s, a.tx_end_s, a.arrive_s)
+        memory = self.method.error_feedback
+        return {
+            "method": self.method_name, "d": self.d, "workers": self.workers,
+            "rank": self.rank,
+            "agreed": {
+                "iteration": self.iteration,
+                "controller": _controller_state(self.method.controller),
+                "observations": [asdict(o) for o in self._observed],
+                "sent": {s: {"staleness": r.staleness, "dense": r.dense, "bits": r.bits}
+                         for s, r in transport.sent.items()},
+                "report_next": transport.report_next,
+                "in_flight": {s: {"headers": a.headers,
+                                  "controls": [list(c) for c in a.controls],
+                                  "values": a.update.values, "indices": a.update.indices}
+                              for s, a in arrivals.items()},
+            },
+            "rank_local": {
+                "error_feedback": None if memory is None else memory.memory[0].clone(),
+                "times": times, "trace_s": transport.clock.trace_s(),
+                "paused_s": transport.clock.paused_s,
+            },
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict` (this rank's): before the first iteration, on
+        every rank. One collective checks that every rank's state fits and is of the same
+        iteration, and sets when training resumes; the messages in flight are then due
+        when they were, with the updates they carried."""
+        import torch.distributed as dist
+
+        transport = self.transport
+        problem = self._unfit(state)
+        k = float(state["agreed"]["iteration"]) if problem is None else 0.0
+        resume = float(state["rank_local"]["trace_s"]) if problem is None else 0.0
+        agreement = torch.tensor([float(problem is not None), k, -k, resume],
+                                 dtype=torch.float64, device=self.device)
+        dist.all_reduce(agreement, op=dist.ReduceOp.MAX, group=transport.group)
+        elsewhere, latest, first, resume = agreement.tolist()
+        if problem is not None:
+            raise DecobenchError(problem)
+        if elsewhere:
+            raise DecobenchError("another rank's state does not fit (its error says why)")
+        if latest != -first:
+            raise DecobenchError(f"the ranks' states are of iterations {-first:.0f} to "
+                                 f"{latest:.0f}: load the states every rank saved after the "
+                                 "same iteration")
+        agreed, local = state["agreed"], state["rank_local"]
+        if self.method.error_feedback is not None:
+            self.method.error_feedback.memory[0].copy_(local["error_feedback"])
+        _load_controller(self.method.controller, agreed["controller"])
+        self._observed = [Observation(**o) for o in agreed["observations"]]
+        sent = {int(s): SentRecord(**r) for s, r in agreed["sent"].items()}
+        times = local["times"]
+
+        def arrival(s: int, update: Update, headers: list[dict[str, float]],
+                    controls: list[bytes]) -> Arrival:
+            return Arrival(s, sent[s].dense, headers, update, *times[s], controls=controls)
+
+        report = agreed["report_next"]
+        if report is not None and report in times and report in sent:
+            # applied before the stop: only its times are read (the next header reports them)
+            applied = Update(torch.zeros(0, device=self.device),
+                             torch.zeros(0, dtype=torch.long, device=self.device), self.d)
+            sent[report].arrival = arrival(report, applied, [], [])
+        in_flight = {int(s): arrival(int(s), Update(m["values"].to(self.device),
+                                                    None if m["indices"] is None
+                                                    else m["indices"].to(self.device), self.d),
+                                     m["headers"], [bytes(c) for c in m["controls"]])
+                     for s, m in agreed["in_flight"].items()}
+        transport.sent, transport.unapplied = sent, sorted(in_flight)
+        transport.report_next = report
+        assert transport.comm is not None
+        transport.comm.restore(in_flight)        # nothing was sent yet: safe while it runs
+        # the clock goes on from the latest rank's stop, from the same moment on every rank
+        transport.clock.origin = time.monotonic() - resume
+        transport.clock.paused_s = float(local["paused_s"])
+        self.iteration = int(agreed["iteration"])
+        transport._busy_from = None              # the next compute time starts now
+        transport.observations(self.iteration)
+
+    def _unfit(self, state: dict[str, Any]) -> str | None:
+        """Why this rank cannot load ``state`` (None: it can)."""
+        if not isinstance(state, dict) or "agreed" not in state:
+            return ("this is not a state_dict() of decobench.library (it has no 'agreed' "
+                    "part): pass the dict that state_dict() returned")
+        if self.iteration or self.transport.sent:
+            return ("load_state_dict after training started: call it before the first "
+                    "iteration after the restart")
+        for key, ours in (("method", self.method_name), ("d", self.d),
+                          ("workers", self.workers), ("rank", self.rank)):
+            if state.get(key) != ours:
+                return (f"this state is of {key} {state.get(key)!r}, not {ours!r}: load the "
+                        f"state rank {self.rank} saved, with the same model, method and "
+                        "world size")
+        kind = _controller_state(self.method.controller)["kind"]
+        if state["agreed"]["controller"]["kind"] != kind:
+            return (f"this state holds a {state['agreed']['controller']['kind']} (δ, τ) "
+                    f"controller, this method a {kind} one")
+        return None
+
+
+def _controller_state(controller: Controller) -> dict[str, Any]:
+    """The (δ, τ) controller's state: nothing for a fixed plan (its options hold it); DeCo's
+    current plan, when it was made and from which estimate, and the smoothed â, b̂, T̂."""
+    if isinstance(controller, StaticController):
+        return {"kind": "static"}
+    if isinstance(controller, DecoController):
+        last = controller.history[-1] if controller.history else None
+        estimator = controller.estimator
+        return {"kind": "deco",
+                "schedule": (controller._current.delta, controller._current.staleness),
+                "planned_at": controller._last_plan_at, "warned": controller._warned,
+                "plan": None if last is None else {"iteration": last.iteration,
+                                                   "estimate": asdict(last.estimate),
+                                                   "plan": asdict(last.plan)},
+                "estimator": {"bandwidth_bps": estimator._bandwidth.value,
+                              "latency_s": estimator._latency.value,
+                              "compute_s": estimator._compute.value}}
+    raise DecobenchError(f"cannot checkpoint a {type(controller).__name__} (δ, τ) controller")
+
+
+def _load_controller(controller: Controller, state: dict[str, Any]) -> None:
+    """Take back :func:`_controller_state` (of the same kind)."""
+    if not isinstance(controller, DecoController):
+        return
+    delta, staleness = state["schedule"]
+    controller._current = Schedule(float(delta), int(staleness))
+    controller._last_plan_at, controller._warned = state["planned_at"], state["warned"]
+    last = state["plan"]
+    controller.history = [] if last is None else [PlanRecord(
+        last["iteration"], NetworkEstimate(**last["estimate"]), Plan(**last["plan"]))]
+    estimator = controller.estimator
+    for ewma, name in ((estimator._bandwidth, "bandwidth_bps"),
+                       (estimator._latency, "latency_s"), (estimator._compute, "compute_s")):
+        ewma._value = state["estimator"][name]
+
 
 def _flat_grads(params: Sequence[Tensor]) -> Tensor:
     return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
@@ -178,6 +351,14 @@ class DecoOptimizerStep:
         optimizer.step()
         return info
 
+    def state_dict(self) -> dict[str, Any]:
+        """:meth:`DecoCommunication.state_dict`, after ``step(optimizer)`` returned."""
+        return self.comm.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """:meth:`DecoCommunication.load_state_dict`, before the first ``step``."""
+        self.comm.load_state_dict(state)
+
     def close(self) -> None:
         self.comm.close()
 
@@ -202,6 +383,15 @@ class DecoHookState:
         self.comm = DecoCommunication(self.d, params[0].device, method=method,
                                       options=options, seed=seed, timeout_s=timeout_s)
         self.last: StepInfo | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """:meth:`DecoCommunication.state_dict`, once the iteration's backward (which runs
+        the hook) has returned; the error memory and messages keep the model's order."""
+        return self.comm.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """:meth:`DecoCommunication.load_state_dict`, before the first backward."""
+        self.comm.load_state_dict(state)
 
     def close(self) -> None:
         self.comm.close()

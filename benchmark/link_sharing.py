@@ -1,7 +1,7 @@
 """Lanes sharing the link: the ``shared`` link of a transport model (docs/emulation.md
 "Transport models"), an alternative to the time model's FIFO queue.
 
-The time model of deco-sgd.md §4 puts every message in one FIFO queue: message k starts
+The time model of docs/design.md §4.2 puts every message in one FIFO queue: message k starts
 when message k − 1's last bit has left, and the latency of k − 1 overlaps the
 transmission of k. A real transport with several collectives in flight does not queue
 them: measured on this project's emulated links (gloo over TCP, 2 workers, 20 Mbit/s,

@@ -4,9 +4,9 @@ Iteration k of the process (which holds the workers ``transport.rows``)::
 
     method.observe(o)              for each transfer the transport reports before k
     g = ∇f_i(x_k) for the workers i this process holds      (learner.compute)
-    sent = method.send(k, x_k, g)                            worker half (deco-sgd.md §2)
+    sent = method.send(k, x_k, g)                            worker half (docs/design.md §2)
     transport.submit(k, sent)      the collective on the emulated backend, the event clock
-                                   (deco-sgd.md §4) on the simulated one
+                                   (docs/design.md §4) on the simulated one
     due = transport.due(k)         the messages with s + τ_s = k, each the mean over n
     method.receive(k, x_k, due)    aggregation half → x_{k+1}
     the leader: the metrics row, evaluation when due (timed when x_{k+1} exists), targets
@@ -477,7 +477,7 @@ class _RowsInOrder:
 
 def _row(k: int, times: IterationTimes, step: Any, loss: float,
          bits_sent: int) -> dict[str, Any]:
-    """The metrics row of iteration k (interfaces.md "metrics.jsonl")."""
+    """The metrics row of iteration k (docs/design.md §9.3)."""
     return {
         "iteration": k + 1,
         "sim_time_s": times.sim_time_s,

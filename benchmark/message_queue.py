@@ -1,4 +1,4 @@
-"""Messages in flight, each with its own staleness (deco-sgd.md §2).
+"""Messages in flight, each with its own staleness (docs/design.md §2.3).
 
 A message sent at iteration s with staleness τ_s is due at iteration s + τ_s. When τ shrinks,
 several messages fall due at once; when it grows, an iteration may apply none. Nothing is

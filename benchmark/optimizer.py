@@ -1,4 +1,4 @@
-"""The optimizer step shared by every method, applied after aggregation (deco-sgd.md §2).
+"""The optimizer step shared by every method, applied after aggregation (docs/design.md §2.4).
 
     v ← μ v + u_t + wd · x ;   x ← x − γ_t v
 

@@ -1,10 +1,10 @@
-"""Φ, the iteration-to-accuracy factor DeCo minimises (deco-sgd.md §5 "Φ").
+"""Φ, the iteration-to-accuracy factor DeCo minimises (docs/design.md §5.5).
 
 The paper's Theorem 1 bounds the iterations to reach ``E||∇f||² <= ε`` by
 ``O(σ²/(nε²) + sqrt(Φ)·σ/ε^{3/2} + ...)``; the exact form of Φ is lost in the text we have.
 This module holds the interface ``phi(delta, tau) -> float`` and named implementations; a
 planner takes any of them, so the form can be swapped by name and checked by experiment
-(deco-sgd.md §7).
+(docs/design.md §7).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _staleness_compression_form(delta: float, tau: int, scale: float) -> float:
 def phi_paper(delta: float, tau: int) -> float:
     """``Φ_paper(δ, τ) = τ + (1 - δ) / (δ (1 - δ)^τ)`` for ``δ < 1``; ``Φ_paper(1, τ) = τ``.
 
-    THIS PROJECT'S FILL-IN of a gap in the paper's text (deco-sgd.md §5): the noise term
+    THIS PROJECT'S FILL-IN of a gap in the paper's text (docs/design.md §5.5): the noise term
     ``(1 - δ)/(δ (1 - δ)^τ)`` is the form reported for staleness amplifying compression, and
     the ``τ`` term makes ``δ = 1`` give DD-SGD's ``τ`` and ``τ = 0`` give D-EF-SGD's
     ``(1 - δ)/δ``. Swappable by name through :data:`PHI_MODELS`. Returns ``math.inf`` where

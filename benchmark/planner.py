@@ -1,4 +1,4 @@
-"""DeCo's planner, Algorithm 1 of deco-sgd.md §5, as one pure function.
+"""DeCo's planner, Algorithm 1 of docs/design.md §5.3, as one pure function.
 
 Given estimates ``T̂`` (compute), ``â`` (bandwidth), ``b̂`` (latency):
 
@@ -48,7 +48,7 @@ class Plan:
     """One plan: ratio ``delta`` (always ``k/d`` for an integer ``k``) and ``staleness``.
 
     ``t_avg_s`` is the predicted average iteration time (``T̂`` when ``bubble_free``, else the
-    closed form of deco-sgd.md §4); ``phi`` is ``Φ(delta, staleness)``; ``objective`` is what
+    closed form of docs/design.md §4.4); ``phi`` is ``Φ(delta, staleness)``; ``objective`` is what
     was minimised: ``Φ`` in step 2, ``J`` in step 3.
     """
 
@@ -116,7 +116,7 @@ def bubble_free_count(
 ) -> int:
     """Largest ``k`` (``δ = k/d``) with ``h W(k) / â <= min(T̂, τ T̂ − l b̂)``; 0 if none.
 
-    Step 1 of deco-sgd.md §5 for one τ. A negative budget has no bubble-free ``k``; a zero
+    Step 1 of docs/design.md §5.3 for one τ. A negative budget has no bubble-free ``k``; a zero
     budget has none either unless the message costs no link time (``h = 0``: one worker
     under ``ring``), since ``W(k) >= 32`` for ``k >= 1``.
     """
@@ -155,7 +155,7 @@ def plan(
     grid_points: int = 64,
     objective: str = "paper",
 ) -> Plan:
-    """DeCo's plan (δ, τ) for ``d`` parameters and ``workers`` workers (deco-sgd.md §5, Alg. 1).
+    """DeCo's plan (δ, τ) for ``d`` parameters and ``workers`` workers (docs/design.md §5.3).
 
     ``compute_s``, ``bandwidth_bps``, ``latency_s`` are the estimates ``T̂, â, b̂``.
     Step 2 ties go to the smallest τ. Step 3 evaluates the grid of :func:`delta_grid`,

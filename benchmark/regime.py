@@ -1,4 +1,4 @@
-"""Network conditions relative to a task: the regime ratios (deco-sgd.md §4).
+"""Network conditions relative to a task: the regime ratios (docs/design.md §4.5).
 
 Two dimensionless ratios decide how a run behaves on the time model, whatever the size of
 the model or the speed of the machine:

@@ -1,4 +1,4 @@
-"""The run directory contract (interfaces.md "A run's directory").
+"""The run directory contract (docs/design.md §9.3).
 
 Files appear complete or not at all: ``config.yaml`` and ``summary.json`` are written to a
 temporary file and renamed; metrics stream to ``metrics.jsonl.partial`` and are renamed to

@@ -4,7 +4,7 @@
 trace, data, run directory) and raises a one-line :class:`DecobenchError` on bad input
 before any training; :func:`execute` then trains n workers in one process: the training
 loop of :mod:`decobench.loop` over the :class:`~decobench.simulated.SimulatedTransport`
-(the event clock of deco-sgd.md §4), and writes the run directory.
+(the event clock of docs/design.md §4.2), and writes the run directory.
 """
 
 from __future__ import annotations
@@ -579,7 +579,7 @@ def evaluation_plan(run: PreparedRun) -> tuple[EvaluationSchedule, TargetBook]:
 def summary_fields(run: PreparedRun, outcome: Outcome, d: int, wall_s: float, trace: Trace, *,
                    sim_time_s: float, bubble_s: float, bubble_fraction: float,
                    time_basis: str, book: TargetBook) -> dict[str, Any]:
-    """``summary.json`` of a run (interfaces.md); ``sim_time_s`` is the simulated clock, or
+    """``summary.json`` of a run (docs/design.md §9.3); ``sim_time_s`` is the simulated clock, or
     the measured training time on the emulated backend (``time_basis`` says which)."""
     config = run.config
     return {
@@ -616,6 +616,6 @@ def _run_simulated(run: PreparedRun, *, overwrite: bool = False, show_progress: 
 
 
 SIMULATED = Backend(
-    "simulated", "n workers in one process on the simulated clock (deco-sgd.md §4)",
+    "simulated", "n workers in one process on the simulated clock (docs/design.md §4)",
     check=lambda run: None, run=_run_simulated, parallel_cells=True)
 """The simulated backend (entry point ``simulated`` of ``decobench.backends``)."""

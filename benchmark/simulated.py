@@ -2,7 +2,7 @@
 
 The exchange is local (:class:`~decobench.methods.LocalExchange`: the mean of the n rows,
 held until s + τ_s), and each iteration advances the :class:`~decobench.timemodel.EventClock`
-of deco-sgd.md §4 with the compute time T (the profile's, or the measured wall time / n) and
+of docs/design.md §4 with the compute time T (the profile's, or the measured wall time / n) and
 the bits the method sent. When a transfer's :class:`~decobench.methods.Observation` reaches
 the method is the ``report`` rule (:data:`REPORTS`):
 

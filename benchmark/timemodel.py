@@ -1,4 +1,4 @@
-"""The simulated clock: the event recurrence and closed form of deco-sgd.md §4.
+"""The simulated clock: the event recurrence and closed form of docs/design.md §4.
 
 For iterations ``k = 0, 1, ...`` with compute time ``T_k``, message bits ``W_k`` and
 staleness ``τ_k`` (a message sent at ``j`` is applied at iteration ``j + τ_j``)::
@@ -19,9 +19,10 @@ For constant ``a, b, T, W, τ`` the average iteration time is (the paper's Theor
 
 and, writing ``c = h W / a``, the recurrence stays within
 ``-max(T + c + l b, (τ + 1) c - T) <= end_K - K T_avg <= T - T_avg <= 0`` for every ``K``
-(a max-plus path argument; see ``tests/test_timemodel.py``). The spec's ``T + c + l b``
-alone is too tight when the link is the bottleneck and ``τ c > 2 T + l b``: compute then runs
-ahead of a backlog of ``τ + 1`` queued messages (a worked counterexample is in the tests).
+(a max-plus path argument; see ``tests/test_timemodel.py``). The bound first written for
+this project, ``T + c + l b`` alone, is too tight when the link is the bottleneck and
+``τ c > 2 T + l b``: compute then runs ahead of a backlog of ``τ + 1`` queued messages (a
+worked counterexample is in the tests).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class ConstantLink:
 
 @dataclass(frozen=True)
 class IterationTiming:
-    """The schedule of one iteration under the recurrence of deco-sgd.md §4.
+    """The schedule of one iteration under the recurrence of docs/design.md §4.2.
 
     ``bubble_s = start_k - end_{k-1}`` is the time compute waited for due updates (>= 0);
     ``bits`` is the message size per worker, before the topology factor ``h``.
@@ -105,7 +106,7 @@ class IterationTiming:
 
 
 class EventClock:
-    """Incremental event recurrence of deco-sgd.md §4, one :meth:`step` per iteration::
+    """Incremental event recurrence of docs/design.md §4.2, one :meth:`step` per iteration::
 
         R_k = max{arrive_j : j + τ_j + 1 <= k} (0 if none);  start_k = max(end_{k-1}, R_k);
         end_k = start_k + T_k;  txs_k = max(end_k, txe_{k-1});
@@ -257,7 +258,7 @@ class EventClock:
         return self._total_bubble
 
     def bubble_fraction(self) -> float:
-        """``1 - Σ T_k / end_K`` (deco-sgd.md §6); 0 while ``end_K == 0``."""
+        """``1 - Σ T_k / end_K`` (docs/design.md §4.5); 0 while ``end_K == 0``."""
         if self._end <= 0:
             return 0.0
         return 1.0 - self._total_compute / self._end
@@ -270,9 +271,9 @@ def t_avg(
     latency_s: float,
     staleness: int,
     h: float = 1.0,
-    l: float = 1.0,  # noqa: E741 - the spec's name
+    l: float = 1.0,  # noqa: E741 - docs/design.md's name
 ) -> float:
-    """Closed-form average iteration time for constant conditions (deco-sgd.md §4, Thm. 3):
+    """Closed-form average iteration time for constant conditions (docs/design.md §4.4, Thm. 3):
     ``T_avg = max(T, h W / a, (T + h W / a + l b) / (τ + 1))``."""
     if not (math.isfinite(bandwidth_bps) and bandwidth_bps > 0):
         raise DecobenchError(f"bandwidth must be finite and > 0 bit/s, got {bandwidth_bps!r}")

@@ -1,4 +1,4 @@
-"""Topology factors of the time model (deco-sgd.md §4 "Topology factors").
+"""Topology factors of the time model (docs/design.md §4.3).
 
 A message of ``W`` bits occupies the link for ``h(n) · W / a`` seconds and then needs
 ``l(n) · b`` seconds of latency to arrive:
@@ -24,11 +24,11 @@ class TopologyFactors:
     """Multipliers of one message's cost: ``h`` on transmission time, ``l`` on latency."""
 
     h: float
-    l: float  # noqa: E741 - the spec's name for the latency multiplier
+    l: float  # noqa: E741 - docs/design.md's name for the latency multiplier
 
 
 def topology_factors(topology: str, n: int, dense: bool) -> TopologyFactors:
-    """``h(n)`` and ``l(n)`` of deco-sgd.md §4 for ``n`` workers; ``dense`` picks all-reduce
+    """``h(n)`` and ``l(n)`` of docs/design.md §4.3 for ``n`` workers; ``dense`` picks all-reduce
     (δ = 1) over all-gather (δ < 1) under ``ring`` and changes nothing under ``paper``."""
     if topology not in TOPOLOGIES:
         raise DecobenchError(

@@ -3,7 +3,7 @@ the same decisions.
 
 On the simulated backend with a fixed compute time T, what a run learns (its losses, metrics,
 messages, δ and τ) depends on the task, seed, method options and the decisions the method
-makes from the network; the network only sets the time axis (deco-sgd.md §4). So:
+makes from the network; the network only sets the time axis (docs/design.md §4). So:
 
 - :func:`reuse_key` names a run's trajectory: its configuration without the network, plus
   the digest of the decisions its method makes on that network

@@ -1,5 +1,5 @@
 """Transport models: how a real transport's collectives depart from the ideal link of the
-time model (deco-sgd.md §4), as a named, swappable piece of the simulated clock.
+time model (docs/design.md §4.2), as a named, swappable piece of the simulated clock.
 
 The time model charges a message of ``W`` bits ``h·W / a`` of link time and delivers it
 ``l·b`` later. A real transport does not quite: measured on this project's emulated links
@@ -13,7 +13,7 @@ charges::
     link time  = max(0, h·W − B) / (g · a)        (B: burst bits, g: goodput fraction)
     delivery   = m · l · b(tx_end)                 (m: latency multiplier)
 
-:data:`IDEAL` (``m = g = 1``, ``B = 0``) is deco-sgd.md §4 exactly and the default of every
+:data:`IDEAL` (``m = g = 1``, ``B = 0``) is docs/design.md §4.2 exactly and the default of every
 simulated run; a fitted model comes from :mod:`decobench.emulated.calibrate` (timings of
 real collectives of several sizes on the emulated links, written as
 ``RUN_DIR/transport_model.json``) and is given to a simulated run with
@@ -78,8 +78,8 @@ class CollectiveCost:
 
 
 LINK_SHARING = ("fifo", "shared")
-"""How messages in flight use the link: ``fifo``, the time model's one queue (deco-sgd.md
-§4: a message starts when the previous one's last bit has left); ``shared``, collectives on
+"""How messages in flight use the link: ``fifo``, the time model's one queue (docs/design.md
+§4.2: a message starts when the previous one's last bit has left); ``shared``, collectives on
 lanes of their own that send at once, each at a share of the link
 (:mod:`decobench.link_sharing`)."""
 
@@ -141,7 +141,7 @@ class TransportModel:
 
 
 IDEAL = TransportModel("ideal", CollectiveCost(), CollectiveCost(),
-                       source="deco-sgd.md §4: h·W / a of link time, l·b of latency")
+                       source="docs/design.md §4: h·W / a of link time, l·b of latency")
 """The time model's own link: the default of every simulated run."""
 
 

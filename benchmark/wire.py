@@ -1,4 +1,4 @@
-"""Bits on the wire for one message (deco-sgd.md §3).
+"""Bits on the wire for one message (docs/design.md §3).
 
 One worker's message at compression ratio δ over a model of ``d`` fp32 parameters:
 

@@ -6,7 +6,7 @@
 - :mod:`decobench.netem.plot`: PNG plots of traces.
 - :mod:`decobench.netem.cli`: the ``decobench trace`` subcommand.
 
-File format and semantics: ``shared/spec/interfaces.md`` ("Trace files (netem/)").
+File format and semantics: docs/design.md §9.1 and docs/traces.md.
 """
 
 from decobench.netem.trace import (

@@ -30,7 +30,7 @@ Every pack file starts with comment lines (see :meth:`PackTrace.header_lines`)::
 with ``PACK[name].sources`` and flag the extreme ones with :func:`extremes`.
 
 D-SGD's throughput fraction. With δ = 1, τ = 0 the closed form of the time model
-(``shared/spec/deco-sgd.md`` section 4, ``paper`` topology) is ``T_avg = T + 32 d / a + b``,
+(docs/design.md §4.4, ``paper`` topology) is ``T_avg = T + 32 d / a + b``,
 so D-SGD runs at ``T / (T + 32 d / a + b)`` of its compute-bound throughput
 (:func:`dsgd_throughput_fraction`). The pack keeps this fraction at or above
 :data:`DSGD_FLOOR` (1 %) for every ``deco-5.2`` trace at its task's paper profile, at every
@@ -69,7 +69,7 @@ DSGD_FLOOR: float = 0.01
 flagged as an extreme (1 % of the compute-bound throughput)."""
 
 VALUE_BITS: int = 32
-"""Bits per value of a dense fp32 message: S = 32 d (deco-sgd.md section 3)."""
+"""Bits per value of a dense fp32 message: S = 32 d (docs/design.md §3)."""
 
 
 @dataclass(frozen=True)

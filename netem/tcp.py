@@ -1,6 +1,6 @@
 """TCP on the emulated hosts, tuned for a long fat network (docs/emulation.md "TCP").
 
-The time model (deco-sgd.md §4) charges ``W / a`` for a message of ``W`` bits whatever came
+The time model (docs/design.md §4) charges ``W / a`` for a message of ``W`` bits whatever came
 before it. Linux's TCP defaults do not: a connection starts with 10 packets in flight (about
 14 kB) and, by default, falls back to that after every pause longer than a retransmission
 timeout (``net.ipv4.tcp_slow_start_after_idle = 1``). On a 200 ms round trip a 29 kB message

@@ -1,7 +1,7 @@
 """Network traces: piecewise-constant bandwidth a(t) and one-way latency b(t).
 
-Implements the trace file contract of ``shared/spec/interfaces.md`` ("Trace files (netem/)")
-and the quantities the time model of ``shared/spec/deco-sgd.md`` section 4 needs from a trace:
+Implements the trace file contract of docs/design.md §9.1
+and the quantities the time model of docs/design.md §4 needs from a trace:
 ``a(t)`` (:meth:`Trace.bandwidth_at`), ``b(t)`` (:meth:`Trace.latency_at`) and the end of a
 transmission, the ``t`` with ``integral_{txs}^{t} a(s) ds = bits``
 (:meth:`Trace.transmission_end`).
@@ -173,7 +173,8 @@ class Trace:
         return self.bits_until(end_s) - self.bits_until(start_s)
 
     def transmission_end(self, start_s: float, bits: float) -> float:
-        """The ``t >= start_s`` with ``integral_{start_s}^{t} a(s) ds == bits`` (deco-sgd.md §4).
+        """The ``t >= start_s`` with ``integral_{start_s}^{t} a(s) ds == bits``
+        (docs/design.md §4.1).
 
         The integral is exact over the piecewise-constant bandwidth: within row i the transfer
         progresses at ``bandwidth_bps[i]``, so a transfer that spans a change is split at the

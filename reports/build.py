@@ -232,7 +232,7 @@ def build(rs: RunSet) -> tuple[list[Block], list[Table], list[figs.FigureFile]]:
 
     blocks.append(Heading(2, "Theory: Φ, the (δ, τ) grid and the oracle"))
     if groups:
-        blocks.append(Para("Static DD-EF-SGD runs over a (δ, τ) grid (deco-sgd.md §7): "
+        blocks.append(Para("Static DD-EF-SGD runs over a (δ, τ) grid (docs/design.md §7): "
                            "median iterations to target per cell, Spearman's ρ between Φ and "
                            "those medians (not-reached cells rank as the largest, ties share "
                            "their average rank), and the oracle, the pair with the lowest "

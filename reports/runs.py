@@ -1,5 +1,5 @@
-"""Finding and loading the finished runs of a results folder (interfaces.md "A run's
-directory"; the sweep's ``manifest.json``).
+"""Finding and loading the finished runs of a results folder (docs/design.md §9.3;
+the sweep's ``manifest.json``).
 
 - With ``DIR/manifest.json`` every cell's ``run_dir`` must hold a ``summary.json``; otherwise
   :class:`~decobench.errors.DecobenchError` names the missing cells: the report fails loudly on
@@ -197,7 +197,7 @@ def _read_metrics(path: Path) -> tuple[dict[str, Any], ...]:
 REQUIRED_SUMMARY = ("task", "method", "workers", "seed", "target", "metric_name", "reached",
                     "time_to_target_s", "iters_to_target", "final_metric", "iterations",
                     "sim_time_s", "bits_sent", "status")
-"""Fields every ``summary.json`` has (interfaces.md "A run's directory"); a summary without
+"""Fields every ``summary.json`` has (docs/design.md §9.3); a summary without
 them is not a run the report can show."""
 
 

@@ -1,4 +1,4 @@
-"""Speed-up over a baseline (deco-sgd.md §6 "Metrics").
+"""Speed-up over a baseline (docs/design.md §6.3).
 
 Speed-up of A over B = TTT_B / TTT_A. When B did not reach the target within its budget,
 the speed-up is a lower bound ``>= budget_B / TTT_A`` (budget_B = the simulated time B ran);

@@ -1,6 +1,6 @@
 """Pure statistics of the report: censored medians, olympic means, ranks, median curves.
 
-Rules (docs/reports.md "Rules"; deco-sgd.md §6 "Metrics"):
+Rules (docs/reports.md "Rules"; docs/design.md §6.5):
 
 - A run that did not reach the target is *censored*: its time to target is unknown but larger
   than the simulated time it ran (its budget). It is an :class:`Obs` with ``censored=True`` and

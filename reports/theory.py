@@ -1,4 +1,4 @@
-"""Checks the theory must face (deco-sgd.md §7; baselines.md "The oracle").
+"""Checks the theory must face (docs/design.md §7 and §8.7).
 
 For each (task, condition, workers) with static DD-EF-SGD runs at two or more distinct
 (δ, τ) pairs (``method_options.delta`` / ``method_options.tau`` of ``config.yaml``):

@@ -1,4 +1,4 @@
-"""Accordion (baselines.md "Accordion"): hand-checked per-layer Top-k steps with error
+"""Accordion (docs/design.md §8.2): hand-checked per-layer Top-k steps with error
 feedback, the critical-regime detector, and the equivalence with D-SGD at δ = 1."""
 
 import json

@@ -1,4 +1,4 @@
-"""CocktailSGD (baselines.md "CocktailSGD"): the compressor's quantisation, mask and bits, a
+"""CocktailSGD (docs/design.md §8.4): the compressor's quantisation, mask and bits, a
 hand-checked step on the quadratic, the frozen first plan, and option validation."""
 
 import math

@@ -1,4 +1,4 @@
-"""The DeCo paper's static strategy, cocktail-sgd-topk (baselines.md "CocktailSGD": Top-k
+"""The DeCo paper's static strategy, cocktail-sgd-topk (docs/design.md §8.5: Top-k
 DD-EF-SGD with (δ, τ) frozen at DeCo's first plan)."""
 
 import torch

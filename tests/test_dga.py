@@ -1,4 +1,4 @@
-"""DGA (baselines.md "DGA"): the choice of D, hand-checked steps, the workers' agreement on
+"""DGA (docs/design.md §8.3): the choice of D, hand-checked steps, the workers' agreement on
 everything older than D, DGA(D = 0) = D-SGD, and the automatic, once-only choice of D."""
 
 import itertools

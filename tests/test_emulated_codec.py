@@ -1,4 +1,4 @@
-"""Byte codec of the emulated network (benchmark/emulated/codec.py, deco-sgd.md §3).
+"""Byte codec of the emulated network (benchmark/emulated/codec.py, docs/design.md §3).
 
 The payload of a message is exactly ceil(W/8) bytes, W = min(k (32 + L), 32 k + d, 32 d),
 L = index_bits(d), and it decodes to the same dense contribution, bit for bit.

@@ -1,4 +1,4 @@
-"""The spec's equivalences (baselines.md): on a tiny model with the same seed and data,
+"""The equivalences of docs/design.md §8.8: on a tiny model with the same seed and data,
 D-SGD = DD-EF-SGD(δ = 1, τ = 0) = DGA(D = 0) = Accordion(δ_crit = δ_noncrit = 1)
 after 20 iterations, with plain SGD and with momentum + weight decay after aggregation;
 and each method genuinely differs once its own knob moves away from that point."""

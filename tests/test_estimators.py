@@ -1,4 +1,4 @@
-"""Measurement estimators â, b̂, T̂ (deco-sgd.md §5)."""
+"""Measurement estimators â, b̂, T̂ (docs/design.md §5.1)."""
 
 from __future__ import annotations
 

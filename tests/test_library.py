@@ -3,11 +3,13 @@ loopback. With a static (δ, τ) both shapes (the optimizer-step wrapper and the
 communication hook) train exactly what the benchmark's DD-EF-SGD trains from the same
 initial model and batches; with DeCo the ranks re-plan (δ, τ) and train; the documented
 example (docs/examples/library_step.py, verbatim in docs/library.md and in the README's
-lines) trains, as written and with compression forced on."""
+lines) trains, as written and with compression forced on; a run stopped with messages in
+flight and resumed from its checkpoint ends where the uninterrupted run does."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import socket
@@ -59,9 +61,9 @@ def _run(mode: str, tmp_path: Path) -> list[dict]:
     return [json.loads(Path(f"{out}.rank{r}.json").read_text()) for r in range(2)]
 
 
-def _benchmark_dd_ef_sgd() -> tuple[list[float], torch.Tensor]:
-    """The benchmark's DD-EF-SGD (δ 0.1, τ 1) on the same model, batches and optimizer,
-    both workers in one process."""
+def _benchmark_dd_ef_sgd(tau: int = 1) -> tuple[list[float], torch.Tensor]:
+    """The benchmark's DD-EF-SGD (δ 0.1, τ ``tau``) on the same model, batches and
+    optimizer, both workers in one process."""
     net = worker.model()
     params = torch.nn.utils.parameters_to_vector(net.parameters()).detach().clone()
     spec = get_method_spec("dd-ef-sgd")
@@ -70,7 +72,7 @@ def _benchmark_dd_ef_sgd() -> tuple[list[float], torch.Tensor]:
         optimizer=OptimizerConfig(lr=worker.LR, momentum=worker.MOMENTUM, weight_decay=0.0,
                                   schedule="constant", warmup_iters=0,
                                   total_iters=worker.STEPS)),
-        spec.options(delta=0.1, tau=1))
+        spec.options(delta=0.1, tau=tau))
     losses = []
     for k in range(worker.STEPS):
         grads, step_losses = [], []
@@ -157,3 +159,89 @@ def test_the_documented_example_trains(tmp_path, step):
                   re.findall(r"^iteration (\d+): loss ([\d.]+)", output, re.MULTILINE)}
         assert sorted(losses) == [0, 50, 100], output
         assert losses[100] < 0.8 * losses[0], output
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory) -> Path:
+    """The two legs of tests/library_worker.py's checkpoint check, each its own 2 processes
+    and process group: ``save`` trains without a stop and saves on the way, ``resume``
+    starts fresh from the saved files. Returns the files' prefix."""
+    out = tmp_path_factory.mktemp("resume") / "run"
+    for leg in ("save", "resume"):
+        _spawn([str(Path(worker.__file__)), leg, str(out)])
+    return out
+
+
+def _leg(out: Path, leg: str) -> list[dict]:
+    return [json.loads(Path(f"{out}.{leg}.rank{r}.json").read_text()) for r in range(2)]
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal, tensors exactly (dtype too), NaN equal to NaN (headers hold NaN fields)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+                and a.dtype == b.dtype and torch.equal(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+def _without_clock(state: dict) -> dict:
+    """A state less its clock readings (the restored clock has moved on)."""
+    local = {k: v for k, v in state["rank_local"].items() if k not in ("trace_s", "paused_s")}
+    return {**state, "rank_local": local}
+
+
+def _check_restored(out: Path, shape: str, key: str) -> list[dict]:
+    """Each rank's saved state (read as plain data: ``weights_only``) equals the state its
+    restarted object reports before its first step, and the agreed part is the same on both
+    ranks. Returns the saved states."""
+    saved = [torch.load(f"{out}.{shape}.rank{r}.pt", weights_only=True)[key] for r in range(2)]
+    for r in range(2):
+        restored = torch.load(f"{out}.{shape}-restored.rank{r}.pt", weights_only=True)
+        assert _same(_without_clock(restored), _without_clock(saved[r])), shape
+    assert _same(saved[0]["agreed"], saved[1]["agreed"])
+    return saved
+
+
+def test_a_resumed_run_ends_where_the_uninterrupted_run_does(resumed):
+    """DD-EF-SGD (δ 0.1, τ 2) through the DDP hook, stopped after 5 of 12 iterations with
+    the messages of iterations 3 and 4 in flight: the resumed run's parameters equal the
+    uninterrupted run's bit for bit (the updates in flight are restored as they arrived,
+    the all-gather puts the ranks' messages in rank order, so nothing is summed in another
+    order), and the uninterrupted run is the benchmark's DD-EF-SGD."""
+    saved = _check_restored(resumed, "hook", "hook")
+    assert all(sorted(s["agreed"]["in_flight"]) == [3, 4] for s in saved)
+    assert all(s["agreed"]["iteration"] == worker.RESUME_AT for s in saved)
+    memories = [s["rank_local"]["error_feedback"] for s in saved]
+    assert memories[0].abs().sum() > 0 and not torch.equal(*memories)    # rank-local
+    uninterrupted, resumed_run = _leg(resumed, "save"), _leg(resumed, "resume")
+    _, params = _benchmark_dd_ef_sgd(tau=2)
+    for r in range(2):
+        assert resumed_run[r]["hook"]["params"] == uninterrupted[r]["hook"]["params"]
+        assert torch.allclose(torch.tensor(uninterrupted[r]["hook"]["params"]), params,
+                              rtol=1e-5, atol=1e-6)
+        # the other rank's file was refused first, on both ranks, and changed nothing
+        assert resumed_run[r]["hook"]["refused"] == (
+            f"this state is of rank {1 - r}, not {r}: load the state rank {r} saved, with the "
+            "same model, method and world size")
+    assert resumed_run[0]["hook"]["params"] == resumed_run[1]["hook"]["params"]
+
+
+def test_deco_resumes_with_its_controller_and_plans_as_without_the_stop(resumed):
+    """DeCo-SGD through the optimizer-step wrapper, stopped 3 iterations after its first
+    plan (re-planned every 3): the restored controller (plan, the estimate it came from,
+    smoothed â, b̂, T̂) is the saved one, and the iteration after the stop, whose plan reads
+    only that state (the later ones read new timings), sends with the same (δ, τ) and plan
+    fields and ends with the same parameters as the run that did not stop."""
+    saved = _check_restored(resumed, "deco", "step")
+    controller = saved[0]["agreed"]["controller"]
+    assert controller["kind"] == "deco" and controller["plan"] is not None, controller
+    for before, after in zip(_leg(resumed, "save"), _leg(resumed, "resume"), strict=True):
+        late = after["deco"].pop("late")
+        assert late is not None and late.startswith("load_state_dict after training started")
+        assert before["deco"] == {**after["deco"], "late": None}

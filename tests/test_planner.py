@@ -1,4 +1,4 @@
-"""DeCo's planner (deco-sgd.md §5, Algorithm 1) and the Φ models, with hand-checked values."""
+"""DeCo's planner (docs/design.md §5.3, Algorithm 1) and the Φ models, with hand-checked values."""
 
 from __future__ import annotations
 

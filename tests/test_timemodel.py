@@ -1,4 +1,4 @@
-"""The event recurrence and closed form of deco-sgd.md §4.
+"""The event recurrence and closed form of docs/design.md §4.
 
 Most hand-checked cases use dyadic numbers (exact in binary floating point) so that the
 schedules can be compared with ``==``.
@@ -110,7 +110,7 @@ def test_bandwidth_bound_and_the_spec_bound_is_too_tight() -> None:
     assert [x.tx_end_s for x in timings] == [1.25 + j for j in range(30)]
     rho = t_avg(0.25, 100, 100.0, 0.5, 2)
     assert rho == 1.0
-    # K T_avg - end_K = K - (K - 2) = 2 for K >= 4. The spec's bound T + c + l b = 1.75 is
+    # K T_avg - end_K = K - (K - 2) = 2 for K >= 4. The first bound T + c + l b = 1.75 is
     # exceeded: with τ c > 2T + l b compute runs ahead of a queue of τ + 1 messages. The
     # bound this project proves (and the property test below checks) is
     # max(T + c + l b, (τ + 1) c - T) = max(1.75, 2.75) = 2.75.
@@ -227,7 +227,7 @@ def _check_bounds(
     iterations: int,
 ) -> None:
     """end_K - K T_avg lies in [-max(T + c + l b, (τ+1) c - T), T - T_avg] for every K, and
-    within the spec's ±(T + c + l b) whenever τ c <= 2 T + l b (c = h W / a).
+    within the first bound ±(T + c + l b) whenever τ c <= 2 T + l b (c = h W / a).
 
     Proof sketch (max-plus paths): end_{K-1} is the heaviest path from end_0 = T through
     compute edges (+T, one iteration), queue edges txe_{j-1} -> txe_j (+c, one iteration) and

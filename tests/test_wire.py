@@ -1,4 +1,4 @@
-"""Bits on the wire (deco-sgd.md §3)."""
+"""Bits on the wire (docs/design.md §3)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The emulated network carries exactly the bits the simulated time model charges: the payload
 of a Top-k message with ``k`` of ``d`` coordinates kept is ``payload_bytes(k, d) =
-ceil(W(k) / 8)`` bytes, where (docs/methods/deco-sgd.md §3, :func:`decobench.wire.topk_wire_bits`)
+ceil(W(k) / 8)`` bytes, where (docs/design.md §3, :func:`decobench.wire.topk_wire_bits`)
 
     W(k) = min(k (32 + L), 32 k + d, 32 d),        L = index_bits(d) = max(1, ceil(log2 d)).
 
@@ -344,7 +344,7 @@ def _kept_mask(indices: Tensor, d: int) -> Tensor:
 def encode_sparse(values: Tensor, indices: Tensor, d: int) -> Tensor:
     """Encode a Top-k message (``k`` fp32 values at unique int64 ``indices`` of a
     ``d``-vector, any order) as uint8 ``[payload_bytes(k, d)]`` = ``ceil(W(k)/8)`` bytes,
-    ``W(k) = min(k (32 + ⌈log2 d⌉), 32 k + d, 32 d)`` (deco-sgd.md §3), in the format
+    ``W(k) = min(k (32 + ⌈log2 d⌉), 32 k + d, 32 d)`` (docs/design.md §3), in the format
     :func:`sparse_format` picks (layouts in the module docstring)."""
     values, indices, k = _check_sparse_inputs(values, indices, d)
     fmt = sparse_format(k, d)

@@ -1,7 +1,7 @@
 """Background communication of DD-EF-SGD messages between real worker processes.
 
 Background threads per rank issue the collectives in send order (one link, messages in
-order, as in the time model of deco-sgd.md §4), so communication overlaps the next
+order, as in the time model of docs/design.md §4.2), so communication overlaps the next
 iterations' computation:
 
 - a sparse message (δ < 1) is a byte frame, header + the method's control bytes + the

@@ -1,7 +1,7 @@
 """The delivery-delay layer: one-way latency added by the communication layer.
 
 Where the kernel cannot add latency (no ``sch_netem``), the links are rate-shaped by tc
-(tbf/htb) and this layer supplies the latency of the time model (deco-sgd.md §4): a message
+(tbf/htb) and this layer supplies the latency of the time model (docs/design.md §4.2): a message
 whose collective ended at ``tx_end`` is delivered to the training loop no earlier than
 
     arrive = tx_end + l · b(tx_end)

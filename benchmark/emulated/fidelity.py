@@ -30,7 +30,7 @@ The emulated run calibrates the transport before training (``--calibrate-transpo
 shaper's burst per collective kind and writes ``transport_model.json``, with the link shared
 by the run's lanes: :mod:`decobench.link_sharing`). The simulated runs
 are charged with that fitted model (``--transport-model``, :mod:`decobench.transport_model`);
-the same schedule on the ideal link of deco-sgd.md §4 is reported beside it, so the table
+the same schedule on the ideal link of docs/design.md §4 is reported beside it, so the table
 shows both how far the ideal time model is from the real transport and whether the fitted
 model closes the gap. For adaptive methods the first plan (δ, τ) of the emulated run is
 compared with the first plan of the simulated run that decides for itself.
@@ -198,7 +198,7 @@ def _first_plan_row(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
 def network_plan(emulated: Sequence[dict[str, Any]], planned: Sequence[dict[str, Any]],
                  options: Any, d: int, workers: int,
                  topology: str) -> tuple[float, int] | None:
-    """The plan DeCo's planner (deco-sgd.md §5) makes from the emulated run's first â and b̂
+    """The plan DeCo's planner (docs/design.md §5) makes from the emulated run's first â and b̂
     with the simulated run's first T̂: the first-plan comparison with the compute time taken
     out, so it tests only what the two backends measure of the network. ``options``: the
     method's planner options (None, or a method without them: no plan)."""
@@ -296,7 +296,7 @@ def render_markdown(rows: Sequence[FidelityRow], header: dict[str, Any]) -> str:
     lines += ["", "Time model check: the simulated runs replay the (δ, τ) schedule the emulated "
               "run chose, with each iteration's T_k = rank 0's time in that iteration not "
               "spent waiting for messages (compute, compression, decoding, applying; T "
-              "measured is their mean), on the ideal link of deco-sgd.md §4 and with the "
+              "measured is their mean), on the ideal link of docs/design.md §4 and with the "
               "transport model fitted on the emulated links (difference and verdict: the "
               "fitted model). Link drops: packets the emulated shapers dropped; "
               "retransmits: TCP segments the emulated hosts sent again (after a drop "

@@ -90,7 +90,7 @@ class Observation:
     """One completed transfer as the workers saw it (reported once it has arrived).
 
     ``link_bits`` is h·W, the bits that crossed the bottleneck link; ``latency_factor`` is l
-    (deco-sgd.md §4 topology factors), so b̂ = (arrive − tx_end) / l. ``burst_bits``: bits
+    (docs/design.md §4.3, topology factors), so b̂ = (arrive − tx_end) / l. ``burst_bits``: bits
     of ``link_bits`` the link passed before its rate applied (a shaper's token bucket; 0 on
     the time model's ideal link), which ``tx_end − tx_start`` does not include.
     ``compute_s``: T̂'s sample, the compute time of the freshest iteration when the report was
@@ -159,7 +159,7 @@ class Due:
 
 def summed(messages: Sequence[Due], into: Tensor) -> Tensor:
     """``into`` plus the updates of ``messages`` in their order, e.g. u_t = Σ_{s+τ_s=t} u_s
-    (deco-sgd.md §2) with ``into`` zeros (``into`` is modified and returned)."""
+    (docs/design.md §2.1) with ``into`` zeros (``into`` is modified and returned)."""
     for message in messages:
         message.update.add_to(into)
     return into
@@ -167,7 +167,7 @@ def summed(messages: Sequence[Due], into: Tensor) -> Tensor:
 
 class LocalExchange:
     """The exchange of a process that holds all n workers: the mean of the sent rows, kept
-    in a :class:`DelayQueue` until s + τ_s (deco-sgd.md §2). The simulated transport uses it,
+    in a :class:`DelayQueue` until s + τ_s (docs/design.md §2.3). The simulated transport uses it,
     and so does :meth:`Method.step`."""
 
     def __init__(self) -> None:

@@ -1,4 +1,4 @@
-"""How DD-EF-SGD's (δ, τ) are chosen: statically, or by the DeCo planner (deco-sgd.md §5).
+"""How DD-EF-SGD's (δ, τ) are chosen: statically, or by the DeCo planner (docs/design.md §5).
 
 A controller sees only measurements (the :class:`~decobench.methods.base.Observation` of each
 transfer that has arrived), never the trace.

@@ -1,4 +1,4 @@
-"""DD-EF-SGD (deco-sgd.md §2): delayed, compressed SGD with error feedback.
+"""DD-EF-SGD (docs/design.md §2): delayed, compressed SGD with error feedback.
 
 At iteration t every worker i computes g_t^i at the shared x_t and
     p_t^i = e_t^i + g_t^i,   Δ_t^i = C_{δ_t}(p_t^i),   e_{t+1}^i = p_t^i − Δ_t^i,

@@ -19,7 +19,7 @@ class StaticOptions(MethodOptions):
 
 
 class PlannerOptions(MethodOptions):
-    """The DeCo planner's knobs (deco-sgd.md §5), shared by DeCo-SGD and by CocktailSGD,
+    """The DeCo planner's knobs (docs/design.md §5), shared by DeCo-SGD and by CocktailSGD,
     whose static (δ, τ) is DeCo's first plan."""
 
     tau_max: int = Field(32, ge=0, le=1000, description="largest staleness the planner considers")

@@ -34,7 +34,7 @@ def standin_label(data_root: Path) -> str | None:
 class TaskProfile:
     """Model size, batch size, step size and the per-iteration compute time T.
 
-    ``compute_time_s`` drives the simulated clock (deco-sgd.md §4): a fixed, documented T so
+    ``compute_time_s`` drives the simulated clock (docs/design.md §4.6): a fixed, documented T so
     results do not depend on the machine running the simulation; ``compute_time_source``
     says where the number comes from.
     """
