@@ -150,10 +150,16 @@ def build(rs: RunSet) -> tuple[list[Block], list[Table], list[figs.FigureFile]]:
     blocks: list[Block] = header(rs)
     groups = theory.analyse(runs)
     blocks.append(Heading(2, "Claims"))
-    claims = claims_table(runs, groups)
-    tables.append(claims)
-    blocks.append(TableBlock(claims))
-    blocks += rules(runs)
+    if runs and all(r.role == "other" for r in runs):
+        blocks.append(Para("None of these runs is evidence for the paper's claims (every "
+                           "run's experiment has role `other`, e.g. `decobench versus`), so "
+                           "there is no claims table; the shipped suites' reports have one "
+                           "(docs/suites.md)."))
+    else:
+        claims = claims_table(runs, groups)
+        tables.append(claims)
+        blocks.append(TableBlock(claims))
+        blocks += rules(runs)
 
     def add_table(table: Table) -> None:
         tables.append(table)

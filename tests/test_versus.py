@@ -98,7 +98,9 @@ def test_versus_runs_the_methods_with_one_time_budget_and_prints_the_table(
     assert len(budgets) == 1                       # one time budget for every method
     for s in summaries:
         assert s["time_to_target_s"] is None or s["time_to_target_s"] <= s["sim_time_s"]
-    assert (out / "report.md").is_file()
+    report = (out / "report.md").read_text()
+    assert "None of these runs is evidence for the paper's claims" in report
+    assert "| claim |" not in report           # no table of claims that all say "not run"
 
 
 @pytest.mark.parametrize("extra, message", [
