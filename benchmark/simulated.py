@@ -205,8 +205,7 @@ class SimulatedTransport:
     def totals(self) -> dict[str, float]:
         """The run's simulated time is when its last model exists (the last evaluation's
         time): the clock's end, or later when that model waited for messages due then."""
-        end_s = max(self.clock.now_s, self.clock.model_ready_s())
-        return {"sim_time_s": end_s, "bubble_s": self.clock.total_bubble_s,
+        return {"sim_time_s": self.clock.model_ready_s(), "bubble_s": self.clock.total_bubble_s,
                 "bubble_fraction": self.clock.bubble_fraction()}
 
 
