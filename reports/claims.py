@@ -45,6 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from decobench.errors import DecobenchError
 from decobench.netem.pack import PAPER_PROFILES
 from decobench.reports.runs import Run, as_float
 from decobench.reports.speedup import Speedup, speedup_of
@@ -58,6 +59,7 @@ from decobench.reports.stats import (
 )
 from decobench.reports.tables import Table, cell_key, group
 from decobench.reports.theory import TheoryGroup
+from decobench.topology import topology_factors
 
 DECO = "deco-sgd"
 """The paper's DeCo-SGD: the label the paper's claims are judged on (variants have others)."""
@@ -245,10 +247,28 @@ def regime_text(runs: Sequence[Run]) -> str:
         rho, lam = cell_ratios(rs)
         if rho is None and lam is None:
             continue
-        parts.append(f"{key[1]}: ρ {_g(rho)}, λ {_g(lam)}")
+        parts.append(f"{key[1]}: ρ {_g(rho)}, λ {_g(lam)}{_topology_text(rs, rho, lam)}")
     if len(parts) > 3:
         parts = [*parts[:3], f"+{len(parts) - 3} more cell(s)"]
     return "; ".join(parts or ["ρ, λ not recorded"]) + f" ({PAPER_REGIME_TEXT})"
+
+
+def _topology_text(runs: Sequence[Run], rho: float | None, lam: float | None) -> str:
+    """Where the cell's topology is not the paper's, what one compressed (sparse) message
+    costs there: ρ and λ times the factors h(n), l(n) of docs/design.md §4.3 (under ``ring``
+    a message's latency grows with n, which is what the planner sees)."""
+    topologies = {str(r.summary.get("topology") or "paper") for r in runs}
+    if topologies == {"paper"} or len(topologies) != 1:
+        return ""
+    topology, n = topologies.pop(), runs[0].workers
+    try:
+        f = topology_factors(topology, n, dense=False)
+    except DecobenchError:
+        return ""
+    rho_h = None if rho is None else rho * f.h
+    lam_l = None if lam is None else lam * f.l
+    return (f" ({topology}, n={n}: a sparse message costs h = {f.h:g} transmissions and "
+            f"l = {f.l:g} latencies, ρ·h {_g(rho_h)}, λ·l {_g(lam_l)})")
 
 
 def _g(value: float | None) -> str:

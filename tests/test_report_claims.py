@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from decobench.reports.claims import (
     base_verdict,
     claim_rows,
     extreme_cells,
+    regime_text,
 )
 from decobench.reports.regime_map import regime_maps
 from decobench.reports.runs import load_runs
@@ -548,3 +550,23 @@ def test_regime_map_names_the_paper_line_in_the_title_not_over_a_cell(tmp_path, 
     assert "black line: the paper's 5.07x" in ax.get_title()
     assert sorted(t.get_text() for t in ax.texts) == sorted(["2.00x", "6.00x", "4.17x",
                                                              "6.67x"])
+
+
+def test_regime_text_scales_a_ring_cell_by_its_topology_factors(tmp_path):
+    """A ring cell's λ = b/T is per latency; a sparse message at n = 16 pays h = l = 15 of
+    them (docs/design.md §4.3), which is the λ the planner sees: 0.98 · 15 = 14.7 (τ ~ 15 at
+    the planner, the plan that did not train in the CPU tier's scaling study). A `paper`
+    cell is printed as before."""
+    view = {"kind": "trace", "mean_transmission_ratio": 3.7, "mean_latency_ratio": 0.98}
+    rels = [run_dir(tmp_path, condition="ring", workers=n, seed=0, network=view)
+            for n in (4, 16)]
+    runs = [r for r in load_runs(tmp_path).runs if r.rel in rels]
+    for r in runs:
+        r.summary["topology"] = "ring"
+    text = regime_text(runs)
+    assert "ring: ρ 3.7, λ 0.98 (ring, n=16: a sparse message costs h = 15 transmissions " \
+           "and l = 15 latencies, ρ·h 55.5, λ·l 14.7)" in text
+    assert "(ring, n=4: a sparse message costs h = 3 transmissions and l = 3 latencies, " \
+           "ρ·h 11.1, λ·l 2.94)" in text
+    paper = [replace(r, summary={**r.summary, "topology": "paper"}) for r in runs]
+    assert regime_text(paper).startswith("ring: ρ 3.7, λ 0.98; ring: ρ 3.7, λ 0.98 (paper:")
