@@ -72,7 +72,7 @@ test-slow: $(STAMP) tools
 	$(PY) -m pytest -q -m slow
 
 bench: $(STAMP)
-	$(PY) -m decobench.bench --out bench-results/bench.json $(if $(FMNIST_ROOT),--fmnist-root $(FMNIST_ROOT))
+	$(PY) -m decobench.cli.bench --out bench-results/bench.json $(if $(FMNIST_ROOT),--fmnist-root $(FMNIST_ROOT))
 
 # Run the suite (resumable: rerun after an interruption) and write its report
 # ($(RESULTS)/report.md and report.html).

@@ -54,14 +54,15 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from decobench.compressors import Compressed, DenseCompressor, TopKCompressor
-from decobench.emulated.codec import (
+from decobench.clock.wire import topk_count
+from decobench.compression.codec import (
     LayerSlice,
     decode_layerwise,
     encode_layerwise,
     layerwise_payload_bytes,
 )
-from decobench.error_feedback import ErrorFeedback
+from decobench.compression.compressors import Compressed, DenseCompressor, TopKCompressor
+from decobench.compression.error_feedback import ErrorFeedback
 from decobench.methods.base import (
     Due,
     Method,
@@ -72,8 +73,7 @@ from decobench.methods.base import (
     summed,
 )
 from decobench.methods.decisions import network_independent
-from decobench.optimizer import OptimizerConfig, SharedOptimizer, learning_rate
-from decobench.wire import topk_count
+from decobench.methods.optimizer import OptimizerConfig, SharedOptimizer, learning_rate
 
 MIN_CHECKS = 10
 """The interval I is shrunk so that a run's budget holds at least this many checks."""
@@ -197,7 +197,7 @@ class LayerwiseDecoder:
 
 @dataclass(frozen=True)
 class LayerwiseWire:
-    """The wire form of one per-layer Top-k batch (:func:`decobench.emulated.codec.
+    """The wire form of one per-layer Top-k batch (:func:`decobench.compression.codec.
     encode_layerwise`): ⌈Σ_l W(k_l, d_l) / 8⌉ bytes per row, bit for bit what is charged."""
 
     decoder: LayerwiseDecoder

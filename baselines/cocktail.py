@@ -40,6 +40,7 @@ from pydantic import Field, model_validator
 from torch import Tensor
 
 from decobench.baselines.cocktail_compressor import CocktailCompressor
+from decobench.clock.wire import wire_bits as topk_wire_bits_at
 from decobench.methods.base import Method, MethodContext, MethodSpec, Sent
 from decobench.methods.controllers import (
     PLAN_ONCE,
@@ -54,7 +55,6 @@ from decobench.methods.decisions import (
     DecisionPolicy,
 )
 from decobench.methods.options import PlannerOptions
-from decobench.wire import wire_bits as topk_wire_bits_at
 
 REFERENCE_DELTA = 0.02
 """The reference's p·r = 0.1 · 0.2."""

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from decobench.compressors import Compressed, WireSize
-from decobench.wire import topk_count
+from decobench.clock.wire import topk_count
+from decobench.compression.compressors import Compressed, WireSize
 
 SCALE_BITS = 16
 """Bits of one bucket scale (fp16)."""
@@ -138,7 +138,7 @@ class CocktailDecoder:
         return [(m, 1), (k, self.quant_bits), (math.ceil(k / self.bucket_size), SCALE_BITS)]
 
     def decode(self, payload: Tensor, header: dict[str, float], d: int) -> tuple[Tensor, Tensor]:
-        from decobench.emulated.codec import unpack_segments
+        from decobench.compression.codec import unpack_segments
 
         k, m, iteration = int(header["k"]), int(header["aux"]), int(header["iteration"])
         mask, q, scales = unpack_segments(payload, self.layout(m, k))
@@ -166,7 +166,7 @@ class CocktailWire:
     scales: Tensor      # [n, buckets] fp16
 
     def encode(self, row: int) -> tuple[Tensor, dict[str, float]]:
-        from decobench.emulated.codec import pack_segments
+        from decobench.compression.codec import pack_segments
 
         k = self.chosen.shape[1]
         mask = torch.zeros(self.sampled, dtype=torch.int64)

@@ -19,7 +19,7 @@ quantisation, :mod:`decobench.baselines.cocktail`) is the original's method and 
 
 from __future__ import annotations
 
-from decobench.compressors import TopKCompressor
+from decobench.compression.compressors import TopKCompressor
 from decobench.methods import TOPK_DD_EF_SGD
 from decobench.methods.base import Method, MethodContext, MethodSpec
 from decobench.methods.controllers import PLAN_ONCE, deco_controller

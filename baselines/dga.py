@@ -59,7 +59,8 @@ from typing import Any
 from pydantic import Field
 from torch import Tensor
 
-from decobench.compressors import Compressed
+from decobench.clock.wire import dense_wire_bits
+from decobench.compression.compressors import Compressed
 from decobench.methods.base import (
     Due,
     Method,
@@ -71,8 +72,7 @@ from decobench.methods.base import (
     summed,
 )
 from decobench.methods.decisions import NETWORK_INDEPENDENT, Decision, DecisionPolicy
-from decobench.optimizer import SharedOptimizer
-from decobench.wire import dense_wire_bits
+from decobench.methods.optimizer import SharedOptimizer
 
 
 class DGAOptions(MethodOptions):

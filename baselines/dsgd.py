@@ -8,7 +8,7 @@ message leaves none). Bits: 32 d per worker per iteration; time T + W/a + b per 
 
 from __future__ import annotations
 
-from decobench.compressors import DenseCompressor
+from decobench.compression.compressors import DenseCompressor
 from decobench.methods.base import Method, MethodContext, MethodOptions, MethodSpec
 from decobench.methods.controllers import StaticController
 from decobench.methods.ddefsgd import DDEFSGD

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from decobench.compressors import TopKCompressor
+from decobench.compression.compressors import TopKCompressor
 from decobench.errors import DecobenchError
 from decobench.methods import TOPK_DD_EF_SGD
 from decobench.methods.base import Method, MethodContext, MethodSpec, Observation
@@ -24,8 +24,8 @@ from decobench.methods.controllers import Schedule, plan_fields
 from decobench.methods.ddefsgd import DDEFSGD
 from decobench.methods.decisions import ControllerDecisions, DecisionPolicy
 from decobench.methods.options import PlannerOptions
-from decobench.phi import get_phi
-from decobench.planner import Plan, plan
+from decobench.planning.phi import get_phi
+from decobench.planning.planner import Plan, plan
 
 
 class StaticMeanPlanOptions(PlannerOptions):

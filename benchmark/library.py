@@ -50,11 +50,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from decobench.compressors import Update
+from decobench.compression.compressors import Update
 from decobench.emulated.comm import Arrival
 from decobench.emulated.transport import DistributedTransport, SentRecord
 from decobench.errors import DecobenchError
-from decobench.estimators import NetworkEstimate
 from decobench.methods import DDEFSGD, Method, MethodContext, Observation, get_method_spec
 from decobench.methods.base import summed
 from decobench.methods.controllers import (
@@ -64,9 +63,10 @@ from decobench.methods.controllers import (
     Schedule,
     StaticController,
 )
+from decobench.methods.optimizer import OptimizerConfig
 from decobench.netem.generators import constant
-from decobench.optimizer import OptimizerConfig
-from decobench.planner import Plan
+from decobench.planning.estimators import NetworkEstimate
+from decobench.planning.planner import Plan
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
+from decobench.errors import DecobenchError
+from decobench.netem.host import Delayer, ShapingMismatch
 from decobench.netem.tc import LinkSetting, exec_in
-
-if TYPE_CHECKING:
-    from decobench.netem.netns import Delayer
 
 OUTAGE_BPS: float = 64e3
 """Bandwidths (goodput, bit/s) below this are an outage: the link drops every packet."""
@@ -136,8 +134,6 @@ class LinkSwitch:
         problems = check_outage_readback(self._read(readback_command(self.netns)), self.dev,
                                          down)
         if problems:
-            from decobench.netem.netns import ShapingMismatch
-
             raise ShapingMismatch(f"{self.name}: " + "; ".join(problems))
 
 
@@ -149,8 +145,6 @@ def change_link(setting: LinkSetting, *, shape: Callable[[LinkSetting], None],
     ``delayer`` (if any) to the row's latency, then brings the link up; a bandwidth below
     :data:`OUTAGE_BPS` only takes the link down (the shaping keeps its last rate). A delayer
     that has exited is an error naming the link: its queue drops every packet."""
-    from decobench.errors import DecobenchError
-
     down = is_outage(setting.rate_bps)
     if not down:
         shape(setting)

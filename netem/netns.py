@@ -15,29 +15,51 @@ Every command goes through a :class:`Runner` so that tests can check the exact c
 sequence without root. Each namespace's loopback carries an owner tag (``ip link set lo
 alias``) naming the creating process, so :func:`cleanup_stale` removes only namespaces
 whose owner is gone (e.g. a run killed with SIGKILL); ``python -m decobench.netem.netns --cleanup``.
+The runner, the owner tags and the shared errors live in :mod:`decobench.netem.host` and
+are importable from here too; this module sits on top of it, :mod:`decobench.netem.loss`
+and :mod:`decobench.netem.nfqueue`, none of which imports it.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import fnmatch
 import functools
 import json
-import os
 import re
 import secrets
-import shutil
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from decobench.errors import DecobenchError
+from decobench.netem.host import (
+    PREFIX_STEM,
+    CommandError,
+    Delayer,
+    Runner,
+    ShapingMismatch,
+    SubprocessRunner,
+    owner_alive,
+    owner_tag,
+    require_root,
+    throwaway_namespace,
+)
+from decobench.netem.loss import (
+    OUTAGE_BPS,
+    LinkSwitch,
+    change_link,
+    check_loss_readback,
+    check_probability,
+    is_outage,
+    loss_rule_commands,
+    readback_command,
+)
+from decobench.netem.nfqueue import DelayerProcess, kernel_has_nfqueue, rule_commands
 from decobench.netem.tc import (
     MECHANISMS,
     PACKET_LEVEL_MECHANISMS,
@@ -61,9 +83,6 @@ from decobench.netem.tcp import (
     print_note,
 )
 
-PREFIX_STEM: str = "dcb"
-"""Every namespace this project creates starts with this."""
-
 PREFIX_GLOB: str = PREFIX_STEM + "[0-9a-f]" * 5 + "-*"
 """Names of this project's namespaces: ``dcb`` + 5 hex digits + ``-`` + role."""
 
@@ -76,82 +95,10 @@ IFNAMSIZ: int = 15
 SUBNET_BASE: str = "10.77"
 MAX_WORKERS: int = 254
 
-OWNER_TAG_PREFIX: str = "decobench owner"
-ROOT_MESSAGE: str = (
-    "the emulated backend needs root (CAP_NET_ADMIN) to create network namespaces and shape "
-    "links with tc; run as root, e.g. `sudo ...`, or use the default simulated backend"
-)
 LATENCY_CHOICES: tuple[str, ...] = ("auto", *MECHANISMS)
 
 
-# ------------------------------------------------------------------------------- commands
-class CommandError(DecobenchError):
-    """A command exited with a non-zero status; the message names it and its stderr."""
-
-    def __init__(self, argv: Sequence[str], returncode: int, stderr: str) -> None:
-        self.argv = list(argv)
-        self.returncode = returncode
-        self.stderr = stderr.strip()
-        detail = " ".join(self.stderr.split()) or "(no error output)"
-        super().__init__(f"command failed (exit {returncode}): {format_command(argv)}: {detail}")
-
-
-class Runner(Protocol):
-    """Runs one command; raises :class:`CommandError` if it fails."""
-
-    def run(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]: ...
-
-
-PACKAGE_OF: dict[str, str] = {"ip": "iproute2", "tc": "iproute2", "iptables": "iptables",
-                              "sh": "dash", "cat": "coreutils"}
-"""The Debian package of each program the shapers run, for the error when one is missing."""
-
-
-@dataclass(frozen=True)
-class SubprocessRunner:
-    """The real runner: ``subprocess.run`` with captured output and a timeout."""
-
-    timeout_s: float = 30.0
-
-    def run(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
-        args = list(argv)
-        try:
-            proc = subprocess.run(
-                args, capture_output=True, text=True, timeout=self.timeout_s, check=False
-            )
-        except FileNotFoundError:
-            package = PACKAGE_OF.get(Path(args[0]).name)
-            fix = (f"install {package} (e.g. `apt-get install {package}`)" if package
-                   else "install the package that provides it")
-            raise DecobenchError(
-                f"{args[0]}: command not found (needed for: {format_command(args)}); {fix}"
-            ) from None
-        except subprocess.TimeoutExpired:
-            raise DecobenchError(
-                f"command timed out after {self.timeout_s:g} s: {format_command(args)}"
-            ) from None
-        if proc.returncode != 0:
-            raise CommandError(args, proc.returncode, proc.stderr or "")
-        return proc
-
-
-def require_root() -> None:
-    """Raise :class:`DecobenchError` unless we are root and ``ip`` and ``tc`` are installed."""
-    if os.geteuid() != 0:
-        raise DecobenchError(ROOT_MESSAGE)
-    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
-    if missing:
-        raise DecobenchError(
-            f"the emulated backend needs the {' and '.join(f'`{m}`' for m in missing)} "
-            "command(s) from iproute2, not found on PATH; install iproute2 "
-            "(e.g. `apt-get install iproute2`) or use the default simulated backend"
-        )
-
-
-class ShapingMismatch(DecobenchError):
-    """A link's shaping, read back after it was set, is not what was asked for."""
-
-
+# ------------------------------------------------------------------------------ shaping
 def verify_shaping(runner: Runner, dev: str, netns: str | None, setting: LinkSetting,
                    mechanism: str, framing_factor: float, link: str) -> None:
     """Read ``dev``'s qdiscs and classes back from tc and raise :class:`ShapingMismatch`
@@ -166,57 +113,18 @@ def verify_shaping(runner: Runner, dev: str, netns: str | None, setting: LinkSet
                               + "; ".join(problems))
 
 
-class Delayer(Protocol):
-    """A running packet delayer of one link (:class:`decobench.netem.nfqueue.DelayerProcess`)."""
-
-    def set_delay(self, delay_s: float) -> float: ...
-
-    def alive(self) -> bool: ...
-
-    def stop(self) -> Any: ...
-
-
 DelayerFactory = Callable[[list[str], float, str], Delayer]
 """``factory(prefix, delay_s, name)`` starts a delayer with the command prefix ``prefix``
 (``ip netns exec NS``) holding packets ``delay_s``; ``name`` names the link in errors."""
 
 
 def _nfqueue_delayer(prefix: list[str], delay_s: float, name: str) -> Delayer:
-    from decobench.netem.nfqueue import DelayerProcess
-
     return DelayerProcess(prefix, delay_s, name)
 
 
 def in_netns(namespace: str, argv: Sequence[str]) -> list[str]:
     """``argv`` run inside ``namespace``: ``ip netns exec NS ...``."""
     return [*exec_in(namespace), *argv]
-
-
-# ---------------------------------------------------------------------------- ownership
-def _process_start_ticks(pid: int) -> str | None:
-    """Start time of a process in clock ticks since boot (``/proc/PID/stat`` field 22)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) "
-    return fields[19] if len(fields) > 19 else None
-
-
-def owner_tag(pid: int | None = None) -> str:
-    """The loopback alias naming a namespace's owner: ``decobench owner pid=P start=S``."""
-    pid = os.getpid() if pid is None else pid
-    return f"{OWNER_TAG_PREFIX} pid={pid} start={_process_start_ticks(pid) or 0}"
-
-
-def owner_alive(tag: str | None) -> bool:
-    """Whether the process named by an owner tag still runs (pid and start time match)."""
-    match = re.fullmatch(rf"{OWNER_TAG_PREFIX} pid=(\d+) start=(\d+)", (tag or "").strip())
-    if not match:
-        return False
-    start = _process_start_ticks(int(match.group(1)))
-    return start is not None and start == match.group(2)
 
 
 # -------------------------------------------------------------------------------- plan
@@ -333,7 +241,7 @@ class NamespaceNetwork:
     verify: bool = True
     delayer_factory: DelayerFactory = _nfqueue_delayer
     loss: float = field(default=0.0, init=False)
-    _switches: dict[int, Any] = field(default_factory=dict, init=False, repr=False)
+    _switches: dict[int, LinkSwitch] = field(default_factory=dict, init=False, repr=False)
     delay_stats: dict[int, Any] = field(default_factory=dict, init=False, repr=False)
     qdisc_stats: dict[int, list[dict[str, Any]]] = field(default_factory=dict, init=False,
                                                           repr=False)
@@ -373,8 +281,6 @@ class NamespaceNetwork:
         """Create the namespaces and links and apply the initial setting (``add``)."""
         if self._up or self._created:
             raise DecobenchError(f"network {self.plan.prefix} was already created")
-        from decobench.netem.loss import OUTAGE_BPS, LinkSwitch, is_outage
-
         if is_outage(self.setting.rate_bps):
             raise DecobenchError(
                 f"the first setting, {self.setting.describe()}, is an outage (below "
@@ -449,8 +355,6 @@ class NamespaceNetwork:
         self._run(["ip", "-n", ns, "link", "set", "lo", "up"])
 
     def _start_delayer(self, i: int) -> None:
-        from decobench.netem.nfqueue import rule_commands
-
         ns = self.plan.worker_namespace(i)
         for argv in rule_commands(WORKER_DEVICE, "add", netns=ns):
             self._run(argv)
@@ -539,8 +443,6 @@ class NamespaceNetwork:
         bandwidth below :data:`decobench.netem.loss.OUTAGE_BPS` takes the links down
         instead (they drop every packet; the shaping keeps its last rate) until a setting
         above it comes."""
-        from decobench.netem.loss import change_link
-
         if not self._up:
             raise DecobenchError("the emulated network is not up (use it inside its with-block)")
         for i in range(self.plan.workers):
@@ -563,13 +465,6 @@ class NamespaceNetwork:
     def set_loss(self, probability: float) -> None:
         """Drop ``probability`` of the packets each worker receives (0 removes the rules);
         each rule is read back (:mod:`decobench.netem.loss`)."""
-        from decobench.netem.loss import (
-            check_loss_readback,
-            check_probability,
-            loss_rule_commands,
-            readback_command,
-        )
-
         if not self._up:
             raise DecobenchError("the emulated network is not up (use it inside its with-block)")
         probability = check_probability(probability)
@@ -717,19 +612,6 @@ def kernel_has_netem(runner: Runner | None = None) -> bool:
         return True
 
 
-@contextlib.contextmanager
-def throwaway_namespace(runner: Runner, role: str) -> Iterator[str]:
-    """A namespace ``dcbXXXXX-ROLE`` with an owner tag, deleted on leaving (also after an
-    error): where the feature checks try what this kernel can do."""
-    ns = f"{PREFIX_STEM}{secrets.token_hex(3)[:5]}-{role}"
-    runner.run(["ip", "netns", "add", ns])
-    try:
-        runner.run(["ip", "-n", ns, "link", "set", "lo", "alias", owner_tag()])
-        yield ns
-    finally:
-        runner.run(["ip", "netns", "del", ns])
-
-
 def resolve_latency_mechanism(requested: str, has_netem: Callable[[], bool] | None = None,
                               has_nfqueue: Callable[[], bool] | None = None) -> str:
     """``"netem"``, ``"nfqueue"`` or ``"comm-layer"`` for a requested ``auto`` or one of them.
@@ -757,11 +639,7 @@ def resolve_latency_mechanism(requested: str, has_netem: Callable[[], bool] | No
             "`--latency-mechanism comm-layer` (the communication layer adds the latency) or "
             "`--latency-mechanism auto` (the first of these that works)"
         )
-    if has_nfqueue is None:
-        from decobench.netem.nfqueue import kernel_has_nfqueue
-
-        has_nfqueue = kernel_has_nfqueue
-    if has_nfqueue():
+    if (has_nfqueue or kernel_has_nfqueue)():
         return "nfqueue"
     if requested == "nfqueue":
         raise DecobenchError(

@@ -59,6 +59,13 @@ from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
 from decobench.errors import DecobenchError
+from decobench.netem.host import (
+    CommandError,
+    Runner,
+    SubprocessRunner,
+    require_root,
+    throwaway_namespace,
+)
 from decobench.netem.tc import exec_in
 
 QUEUE_NUM: int = 0
@@ -490,16 +497,9 @@ def nfqueue_usable_here() -> bool:
     return True
 
 
-def kernel_has_nfqueue(runner: Any = None, python: str = sys.executable) -> bool:
+def kernel_has_nfqueue(runner: Runner | None = None, python: str = sys.executable) -> bool:
     """Whether packets can be delayed with NFQUEUE here: iptables with the NFQUEUE target
     and nfnetlink_queue in the kernel. Tried in a throwaway namespace (always deleted)."""
-    from decobench.netem.netns import (
-        CommandError,
-        SubprocessRunner,
-        require_root,
-        throwaway_namespace,
-    )
-
     if runner is None:
         require_root()
         runner = SubprocessRunner()

@@ -45,6 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from decobench.clock.topology import topology_factors
 from decobench.errors import DecobenchError
 from decobench.netem.pack import PAPER_PROFILES
 from decobench.reports.runs import Run, as_float
@@ -59,7 +60,6 @@ from decobench.reports.stats import (
 )
 from decobench.reports.tables import Table, cell_key, group
 from decobench.reports.theory import TheoryGroup
-from decobench.topology import topology_factors
 
 DECO = "deco-sgd"
 """The paper's DeCo-SGD: the label the paper's claims are judged on (variants have others)."""

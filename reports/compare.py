@@ -14,7 +14,7 @@ that part are paired when the pairing is unique (:func:`_pair_plain_runs`). A ce
 is *missing* (a run that no longer finishes counts as a regression), a cell only in NEW is
 *new*. Each compared cell's **configuration** is compared field by field (``config.yaml``,
 nested fields dotted, :data:`BOOKKEEPING_FIELDS` left out, files by name): a cell with a field
-that differs, or whose identity (:func:`decobench.suite.identity`, e.g. a trace file's
+that differs, or whose identity (:func:`decobench.runs.identity.identity`, e.g. a trace file's
 content) differs, has a *changed configuration*; its metrics are still compared.
 
 **Metrics** (:data:`METRICS`): time to target, iterations to target and bits sent (lower is
@@ -57,7 +57,7 @@ import yaml
 from decobench.atomicio import write_text_atomic
 from decobench.errors import DecobenchError
 from decobench.reports.runs import MANIFEST, read_json, summary_dirs
-from decobench.rundir import CONFIG, SUMMARY
+from decobench.runs.rundir import CONFIG, SUMMARY
 
 SNAPSHOT_FORMAT = "decobench-snapshot/1"
 """The ``format`` field of a snapshot file."""
@@ -161,7 +161,7 @@ def cell_name(cell: dict[str, Any]) -> str:
 def _wandb_of(run_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None:
     """The W&B run a run directory was logged to: ``wandb.json`` (written by the tracker),
     else the id in the name of its ``wandb/offline-run-*`` or ``wandb/run-*`` folder."""
-    from decobench.tracking import WANDB_RECORD, project_name
+    from decobench.runs.tracking import WANDB_RECORD, project_name
 
     record = run_dir / WANDB_RECORD
     if record.is_file():

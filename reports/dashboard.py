@@ -9,7 +9,7 @@ RESULTS`` compares) one more view per condition overlays BASE's runs (grey) on R
 
 A view selects its runs by W&B run id (each run directory's ``wandb.json``), so runs of
 other sweeps logged to the same project stay out, and by the ``task:`` and ``condition:``
-tags :func:`decobench.tracking.run_identity` gives every run. Offline the views'
+tags :func:`decobench.runs.tracking.run_identity` gives every run. Offline the views'
 specifications (the library's own serialisation) are written to a JSON file; online they
 are saved to the runs' project (docs/wandb.md "Dashboards as code").
 """
@@ -28,7 +28,7 @@ from typing import Any
 from decobench.atomicio import write_text_atomic
 from decobench.errors import DecobenchError
 from decobench.reports.compare import Snapshot, load_results
-from decobench.tracking import (
+from decobench.runs.tracking import (
     ROW_KEYS,
     STEP_METRIC,
     project_name,

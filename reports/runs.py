@@ -25,7 +25,7 @@ import yaml
 from decobench.errors import DecobenchError
 from decobench.reports.speedup import ttt_obs
 from decobench.reports.stats import Obs
-from decobench.rundir import CONFIG, METRICS, SUMMARY
+from decobench.runs.rundir import CONFIG, METRICS, SUMMARY
 
 MANIFEST = "manifest.json"
 TRACE_CSV = "trace.csv"
@@ -60,7 +60,7 @@ class Run:
 
     @property
     def role(self) -> str:
-        """What the run is evidence for (decobench.suite.Role): its suite experiment's
+        """What the run is evidence for (decobench.sweeps.suite.Role): its suite experiment's
         ``role`` from the manifest; otherwise ``regime-map`` for a network given by ratios
         and ``main`` for the rest."""
         if self.manifest_role:

@@ -4,7 +4,7 @@ For each (task, condition, workers) with static DD-EF-SGD runs at two or more di
 (δ, τ) pairs (``method_options.delta`` / ``method_options.tau`` of ``config.yaml``):
 
 - the grid of median iterations to target (censored cells: not reached, "> N");
-- Spearman's rank correlation between Φ(δ, τ) (:func:`decobench.phi.get_phi`; the model named
+- Spearman's rank correlation between Φ(δ, τ) (:func:`decobench.planning.phi.get_phi`; the model named
   by ``method_options.phi`` of the deco-sgd configs there, else "paper") and the measured
   median iterations, a cell that did not reach the target ranking as the largest (ties among
   such cells share their average rank);
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from decobench.errors import DecobenchError
-from decobench.phi import get_phi
+from decobench.planning.phi import get_phi
 from decobench.reports.runs import Run, as_float
 from decobench.reports.stats import Obs, median, ratio, spearman
 from decobench.reports.tables import Table, cell_key, fmt_iters, fmt_s, group

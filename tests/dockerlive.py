@@ -199,7 +199,7 @@ def debootstrap_rootfs(rootfs: Path, started: Callable[[int], None] | None = Non
         raise RuntimeError(f"debootstrap failed:\n{stdout[-2000:]}{stderr[-2000:]}")
     pth = rootfs / "usr/lib/python3/dist-packages/zz_decobench_site.pth"
     pth.write_text(f"import site; site.addsitedir({SITE_IN_IMAGE!r})\n")
-    for name, module in (("torchrun", "torch.distributed.run"), ("decobench", "decobench.cli")):
+    for name, module in (("torchrun", "torch.distributed.run"), ("decobench", "decobench.cli.main")):
         launcher = rootfs / "usr/local/bin" / name
         launcher.write_text(f"#!/usr/bin/python3\nimport sys\nfrom {module} import main\n"
                             "sys.exit(main())\n")

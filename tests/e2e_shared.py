@@ -14,13 +14,13 @@ def cells_in_this_process() -> Iterator[None]:
     """Sweeps started inside run their cells in this process, one at a time, instead of in
     spawned worker processes. Each spawned worker imports torch and warms the gradient engine
     afresh, about 5 s of CPU, where a test's cell trains in about a second; what a cell
-    computes and writes is the same either way (``decobench.sweep.run_cell``). The worker
+    computes and writes is the same either way (``decobench.sweeps.cell.run_cell``). The worker
     pool itself (spawning, threads, Ctrl-C, a killed worker) is tested with real processes:
     test_sweep.py, test_executors.py, test_sweep_smoke.py and the CLI subprocesses of
     test_ci_workflow.py and test_trajectory.py's killed sweep (make test-slow)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import decobench.executors as executors
+    import decobench.sweeps.executors as executors
 
     def one_thread(max_workers: int, **_process_pool_options: object) -> ThreadPoolExecutor:
         return ThreadPoolExecutor(max_workers=1, thread_name_prefix="decobench-cell")

@@ -9,9 +9,13 @@ reason, as the root-only tests always did."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
+from decobench.netem.host import SubprocessRunner
+from decobench.netem.netns import namespace_owner
 from decobench.netem.tcp import (
     ALLOWED_CONGESTION_CONTROL,
     AVAILABLE_CONGESTION_CONTROL,
@@ -43,3 +47,24 @@ def congestion_control_unavailable() -> str | None:
                 f"cannot add it (not the initial network namespace); on the host: "
                 f"{allow_command(algorithm)}")
     return None
+
+
+def namespaces() -> set[str]:
+    """Every network namespace on the host (``ip netns list``)."""
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def left_behind(before: set[str], *launchers: int) -> set[str]:
+    """Namespaces made since ``before`` by this test's runs (owner tag: this process or one
+    of the ``launchers`` it started) that still exist. Another process on the host (a live
+    test or an emulated run beside this one) makes and removes its own meanwhile; those are
+    not this test's to judge (a clean-clone make test once failed on a neighbour's)."""
+    owners = {os.getpid(), *launchers}
+    runner = SubprocessRunner()
+    left = set()
+    for ns in namespaces() - before:
+        match = re.search(r"pid=(\d+)", namespace_owner(runner, ns) or "")
+        if match and int(match.group(1)) in owners:
+            left.add(ns)
+    return left

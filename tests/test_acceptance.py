@@ -16,8 +16,8 @@ test`` keeps the smoke sweep (tests/test_sweep_smoke.py) and the CI smoke check
 
 import pytest
 
-from decobench.cli import main
-from decobench.rundir import read_metrics, read_summary
+from decobench.cli.main import main
+from decobench.runs.rundir import read_metrics, read_summary
 
 pytestmark = pytest.mark.slow
 

@@ -18,10 +18,10 @@ from decobench.baselines.accordion import (
     norm_change_ratio,
 )
 from decobench.baselines.dsgd import DSGD_SPEC
-from decobench.flat import FlatLayout
-from decobench.gradients import WorkerGradients
 from decobench.methods import MethodContext
-from decobench.optimizer import OptimizerConfig
+from decobench.methods.optimizer import OptimizerConfig
+from decobench.training.flat import FlatLayout
+from decobench.training.gradients import WorkerGradients
 
 QUADRATIC_SHAPES = (("w", (2, 2)), ("b", (2,)))
 

@@ -1,4 +1,4 @@
-"""decobench.allocator: a training process keeps freed memory (glibc mallopt), says so, and
+"""decobench.training.allocator: a training process keeps freed memory (glibc mallopt), says so, and
 leaves the C library alone when asked or when it is not glibc."""
 
 import os
@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from decobench import allocator
-from decobench.allocator import keep_freed_memory
+from decobench.training import allocator
+from decobench.training.allocator import keep_freed_memory
 
 glibc = pytest.mark.skipif(not os.confstr("CS_GNU_LIBC_VERSION"), reason="needs glibc")
 
@@ -18,7 +18,7 @@ glibc = pytest.mark.skipif(not os.confstr("CS_GNU_LIBC_VERSION"), reason="needs 
 # to the kernel on free; with the settings it comes from the heap and stays for reuse.
 _PROBE = textwrap.dedent("""
     import ctypes, sys
-    from decobench.allocator import keep_freed_memory
+    from decobench.training.allocator import keep_freed_memory
     if sys.argv[1] == "kept":
         keep_freed_memory()
     class Info(ctypes.Structure):

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from decobench.backends import BACKENDS, Backend, get_backend
-from decobench.cli import main
-from decobench.config import EmulationConfig, RunConfig, build_run_config
+from decobench.cli.main import main
 from decobench.errors import DecobenchError
-from decobench.rundir import read_summary
-from decobench.suite import identity
+from decobench.runs.backends import BACKENDS, Backend, get_backend
+from decobench.runs.config import EmulationConfig, RunConfig, build_run_config
+from decobench.runs.identity import identity
+from decobench.runs.rundir import read_summary
 
 BASE = dict(task="cnn-fmnist", method="d-sgd", trace="constant-20mbps-100ms")
 
@@ -54,7 +54,7 @@ def test_emulation_settings_are_nested_and_the_flat_flags_still_set_them(tmp_pat
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({**BASE, "emulation": {"timeout_s": 5},
                                       "latency_mechanism": "comm-layer"}))
-    from decobench.config import load_yaml_config
+    from decobench.runs.config import load_yaml_config
 
     loaded = build_run_config(load_yaml_config(config))
     assert loaded.emulation == EmulationConfig(latency_mechanism="comm-layer", timeout_s=5)
@@ -87,8 +87,8 @@ def _suite(tmp_path: Path) -> Path:
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="checks the error a non-root user gets")
 def test_emulated_sweep_without_root_stops_before_any_run(tmp_path, fmnist_root):
-    from decobench.suite import load_suite
-    from decobench.sweep import sweep
+    from decobench.sweeps.suite import load_suite
+    from decobench.sweeps.sweep import sweep
 
     suite, _ = load_suite(str(_suite(tmp_path)))
     with pytest.raises(DecobenchError, match="root"):
@@ -110,7 +110,7 @@ def test_a_suite_runs_on_the_emulated_backend_one_cell_at_a_time(tmp_path, fmnis
     manifest = json.loads((out / "manifest.json").read_text())
     emulated = {c["identity"] for c in manifest["cells"]}
     # the same suite on the simulated backend: other cells (their identities differ)
-    from decobench.suite import expand_cells, load_suite
+    from decobench.sweeps.suite import expand_cells, load_suite
 
     suite, _ = load_suite(str(_suite(tmp_path)))
     plain = {c.identity for c in expand_cells(suite, out / "traces",

@@ -22,9 +22,9 @@ import pytest
 import yaml
 from e2e_shared import cells_in_this_process
 
-from decobench.checkpoint import Checkpointer
-from decobench.cli import main
-from decobench.trajectory import TRAJECTORY, Trajectory
+from decobench.cli.main import main
+from decobench.runs.checkpoint import Checkpointer
+from decobench.runs.trajectory import TRAJECTORY, Trajectory
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = ["--task", "cnn-fmnist", "--trace", "wan-200ms-lowbw-varying", "--workers", "2",
@@ -81,13 +81,13 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path, fmnist_root,
     args = [*BASE, *method, "--data-root", str(fmnist_root)]
     assert main(["run", *args, "--out", str(tmp_path / "whole")]) == 0
     cut = tmp_path / "cut"
-    process = subprocess.Popen([sys.executable, "-m", "decobench.cli", "run", *args, "--out",
+    process = subprocess.Popen([sys.executable, "-m", "decobench.cli.main", "run", *args, "--out",
                                 str(cut), "--checkpoint-every-s", "1e-9"], cwd=REPO,
                                stderr=subprocess.DEVNULL)
     _kill_after_checkpoint(process, cut)
     written = len((cut / "metrics.jsonl.partial").read_text().splitlines())
     assert 10 <= written < 40
-    resumed = subprocess.run([sys.executable, "-m", "decobench.cli", "run", *args, "--out",
+    resumed = subprocess.run([sys.executable, "-m", "decobench.cli.main", "run", *args, "--out",
                               str(cut), "--resume"], cwd=REPO, capture_output=True, text=True,
                              timeout=240)
     assert resumed.returncode == 0, resumed.stderr
@@ -158,7 +158,7 @@ def test_a_killed_sweep_continues_its_cell_from_the_checkpoint(tmp_path, fmnist_
     with cells_in_this_process():
         assert main(command(tmp_path / "whole")) == 0
     out = tmp_path / "cut"
-    process = subprocess.Popen([sys.executable, "-m", "decobench.cli", *command(out)],
+    process = subprocess.Popen([sys.executable, "-m", "decobench.cli.main", *command(out)],
                                cwd=REPO, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240    # a hang guard only: the loop ends at a checkpoint
     while not list((out / "runs").glob(".staging-*/checkpoint.pt")):
@@ -179,3 +179,24 @@ def test_a_killed_sweep_continues_its_cell_from_the_checkpoint(tmp_path, fmnist_
                       for folder in (out, tmp_path / "whole"))
     assert len(resumed.steps) == 30 and resumed == whole
     shutil.rmtree(tmp_path / "whole")
+
+
+def test_a_checkpoint_written_before_the_floors_still_loads(tmp_path, monkeypatch):
+    """0.2.0 moved the core's modules (CHANGELOG.md). A 0.1.0 checkpoint names a class by
+    its old module, e.g. ``decobench.estimators.LinkEstimator``: it loads from the new one.
+    The old name is made here the way 0.1.0 had it: the class's module said so on save."""
+    from decobench.planning.estimators import LinkEstimator
+    from decobench.runs.checkpoint import MOVED_MODULES, load_checkpoint
+
+    assert MOVED_MODULES["decobench.estimators"] == LinkEstimator.__module__
+    estimator = LinkEstimator()
+    old = type(sys)("decobench.estimators")
+    old.LinkEstimator = LinkEstimator
+    monkeypatch.setitem(sys.modules, "decobench.estimators", old)
+    monkeypatch.setattr(LinkEstimator, "__module__", "decobench.estimators")
+    Checkpointer(tmp_path / "checkpoint.pt", None, "abc").save({"estimator": estimator})
+    monkeypatch.undo()
+    raw = (tmp_path / "checkpoint.pt").read_bytes()
+    assert b"cdecobench.estimators\nLinkEstimator" in raw
+    state = load_checkpoint(tmp_path / "checkpoint.pt", "abc")
+    assert type(state["estimator"]) is LinkEstimator

@@ -1,4 +1,4 @@
-"""The run parser's metadata cache (decobench.cli_metadata): ``decobench run --help`` and the
+"""The run parser's metadata cache (decobench.cli.metadata): ``decobench run --help`` and the
 errors found at the edge answer without importing torch once the cache is current, print
 the same help as the registries give, and a changed source file or plugin set re-reads
 them."""
@@ -12,7 +12,7 @@ import pytest
 
 PROBE = """
 import sys
-from decobench.cli import main
+from decobench.cli.main import main
 code = main(sys.argv[1:])
 print("TORCH" if "torch" in sys.modules else "NO-TORCH", code)
 """
@@ -42,7 +42,7 @@ def fresh_process(tmp_path, monkeypatch):
     cache in tmp_path; returns the list of collect() calls, which stand for reading the
     registries (importing torch). In-process: the subprocess test above shows that a cache
     hit imports no torch; these check when the cache is hit (each fresh process cost 4 s)."""
-    from decobench import cli_metadata
+    from decobench.cli import metadata as cli_metadata
 
     monkeypatch.setenv("DECOBENCH_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cli_metadata, "_registered_in_process", lambda: False)
@@ -54,7 +54,7 @@ def fresh_process(tmp_path, monkeypatch):
 
 def test_a_changed_source_file_or_a_corrupt_cache_reads_the_registries_again(tmp_path,
                                                                               fresh_process):
-    from decobench.cli_metadata import run_metadata
+    from decobench.cli.metadata import run_metadata
 
     first = run_metadata()
     assert len(fresh_process) == 1
@@ -75,7 +75,7 @@ def test_a_changed_source_file_or_a_corrupt_cache_reads_the_registries_again(tmp
 
 
 def test_cached_metadata_equals_the_registries(tmp_path, fresh_process):
-    from decobench import cli_metadata
+    from decobench.cli import metadata as cli_metadata
 
     cli_metadata.run_metadata()
     cached = json.loads((tmp_path / "cli-metadata.json").read_text())["metadata"]
@@ -84,7 +84,7 @@ def test_cached_metadata_equals_the_registries(tmp_path, fresh_process):
 
 
 def test_an_unwritable_cache_is_skipped(tmp_path, fresh_process, monkeypatch):
-    from decobench import cli_metadata
+    from decobench.cli import metadata as cli_metadata
 
     blocker = tmp_path / "file"
     blocker.write_text("x")

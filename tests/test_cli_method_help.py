@@ -2,7 +2,7 @@
 
 import pytest
 
-from decobench.cli import build_parser, main
+from decobench.cli.main import build_parser, main
 from decobench.methods import method_specs
 
 

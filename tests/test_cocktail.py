@@ -18,8 +18,8 @@ from decobench.baselines.cocktail_compressor import (
     wire_bits,
 )
 from decobench.methods import MethodContext, Observation, get_method_spec
+from decobench.methods.optimizer import OptimizerConfig
 from decobench.methods.options import DecoOptions, PlannerOptions
-from decobench.optimizer import OptimizerConfig
 
 # ---- Quant_b ------------------------------------------------------------------------------
 
@@ -314,7 +314,7 @@ def test_wire_format_is_exactly_w_bits_and_decodes_bit_for_bit(d, delta, bits, i
                                                                 seed):
     """CocktailSGD on a real wire (the emulated backend): each row's payload is exactly
     ⌈W/8⌉ bytes and any rank's decoder rebuilds the sender's values and indices exactly."""
-    from decobench.emulated.codec import HEADER_FIELDS
+    from decobench.compression.codec import HEADER_FIELDS
 
     compressor = CocktailCompressor(d, seed=seed % 1000, quant_bits=bits, bucket_size=16)
     p = torch.randn(2, d, generator=torch.Generator().manual_seed(seed)) * 3

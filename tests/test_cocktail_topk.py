@@ -4,8 +4,8 @@ DD-EF-SGD with (δ, τ) frozen at DeCo's first plan)."""
 import torch
 
 from decobench.methods import MethodContext, Observation, get_method_spec
+from decobench.methods.optimizer import OptimizerConfig
 from decobench.methods.options import DecoOptions, PlannerOptions
-from decobench.optimizer import OptimizerConfig
 
 
 def _observation(k, bits=1e6, bandwidth=1e8, latency=0.05, compute=0.01):

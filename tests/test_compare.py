@@ -12,7 +12,7 @@ import pytest
 import yaml
 from e2e_shared import cells_in_this_process
 
-from decobench.cli import main
+from decobench.cli.main import main
 from decobench.reports.compare import (
     DEFAULT_TOLERANCE,
     Cell,

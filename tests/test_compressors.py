@@ -6,9 +6,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decobench.compressors import DenseCompressor, TopKCompressor
-from decobench.error_feedback import ErrorFeedback
-from decobench.wire import topk_wire_bits
+from decobench.clock.wire import topk_wire_bits
+from decobench.compression.compressors import DenseCompressor, TopKCompressor
+from decobench.compression.error_feedback import ErrorFeedback
 
 
 def test_topk_keeps_largest_magnitudes_per_worker():

@@ -1,10 +1,10 @@
 """The GPU cost of a suite: an upper bound from documented per-iteration times
-(benchmark/cost.py), hand-checked."""
+(benchmark/sweeps/cost.py), hand-checked."""
 
 import pytest
 
-from decobench.config import RunConfig
-from decobench.cost import STEP_TIMES, describe, run_cost, suite_cost
+from decobench.runs.config import RunConfig
+from decobench.sweeps.cost import STEP_TIMES, describe, run_cost, suite_cost
 
 
 def test_hand_checked_run_cost():

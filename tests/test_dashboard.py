@@ -11,7 +11,7 @@ import pytest
 import yaml
 from test_report_build import write_run
 
-from decobench.cli import main
+from decobench.cli.main import main
 from decobench.reports.dashboard import BASE_COLOR, DASHBOARD_FILE, NEW_COLOR
 
 PROJECT = "decobench-tiny"

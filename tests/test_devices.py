@@ -13,12 +13,12 @@ import torch.nn.functional as F
 import yaml
 from torch import nn
 
-import decobench.gradients as gradients_module
-from decobench.cli import main
-from decobench.devices import describe, resolve_device
+import decobench.training.gradients as gradients_module
+from decobench.cli.main import main
 from decobench.errors import DecobenchError
-from decobench.flat import FlatLayout
-from decobench.gradients import WorkerGradients
+from decobench.training.devices import describe, resolve_device
+from decobench.training.flat import FlatLayout
+from decobench.training.gradients import WorkerGradients
 
 
 def _gpus(monkeypatch, count: int) -> None:
@@ -115,7 +115,7 @@ def restore_precision():
 
 
 def test_matmul_precision_is_tf32_on_a_gpu_and_untouched_on_the_cpu(restore_precision):
-    from decobench.devices import set_matmul_precision
+    from decobench.training.devices import set_matmul_precision
 
     assert set_matmul_precision(torch.device("cuda", 0), "auto") == "high"
     assert torch.get_float32_matmul_precision() == "high"
@@ -126,7 +126,7 @@ def test_matmul_precision_is_tf32_on_a_gpu_and_untouched_on_the_cpu(restore_prec
 
 
 def test_a_sweep_runs_one_cell_per_gpu_by_default(monkeypatch):
-    from decobench.devices import default_jobs
+    from decobench.training.devices import default_jobs
 
     _gpus(monkeypatch, 0)
     assert default_jobs(16) == 16 and default_jobs(None) == 1
@@ -135,7 +135,7 @@ def test_a_sweep_runs_one_cell_per_gpu_by_default(monkeypatch):
 
 
 def test_each_sweep_worker_sees_its_own_gpu(monkeypatch):
-    import decobench.sweep as sweep_module
+    import decobench.sweeps.cell as sweep_module
 
     monkeypatch.setattr(torch, "set_num_threads", lambda threads: None)
     monkeypatch.setattr(signal, "signal", lambda *args: None)   # keep this process's Ctrl-C
@@ -147,9 +147,9 @@ def test_each_sweep_worker_sees_its_own_gpu(monkeypatch):
             monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
         else:
             monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-        sweep_module._init_worker(1, slots, gpus=2)
+        sweep_module.init_worker(1, slots, gpus=2)
         seen.append(os.environ["CUDA_VISIBLE_DEVICES"])
     assert seen == ["0", "1", "0", "6", "4"]     # round robin over what was visible
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    sweep_module._init_worker(1, slots, gpus=0)  # no GPU: nothing set
+    sweep_module.init_worker(1, slots, gpus=0)  # no GPU: nothing set
     assert "CUDA_VISIBLE_DEVICES" not in os.environ

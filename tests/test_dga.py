@@ -11,10 +11,10 @@ from torch import nn
 
 from decobench.baselines.dga import DGA_SPEC, dga_delay
 from decobench.baselines.dsgd import DSGD_SPEC
-from decobench.flat import FlatLayout
-from decobench.gradients import WorkerGradients
 from decobench.methods import MethodContext, Observation
-from decobench.optimizer import OptimizerConfig
+from decobench.methods.optimizer import OptimizerConfig
+from decobench.training.flat import FlatLayout
+from decobench.training.gradients import WorkerGradients
 
 # --- the choice of D ---------------------------------------------------------------------
 

@@ -162,8 +162,8 @@ def test_cli_writes_the_file_and_explains_itself(tmp_path, capsys):
 
 
 def test_run_yaml_is_a_valid_run_config_and_the_worker_command_parses():
-    from decobench.config import build_run_config, load_yaml_config
-    from decobench.runner import prepare
+    from decobench.runs.config import build_run_config, load_yaml_config
+    from decobench.runs.runner import prepare
 
     run = prepare(build_run_config(load_yaml_config(DOCKER / "run.yaml")))
     assert (run.config.task, run.config.method, run.config.workers) == ("cnn-fmnist",
@@ -184,7 +184,7 @@ def test_run_yaml_is_a_valid_run_config_and_the_worker_command_parses():
 
 @pytest.mark.skipif(not FMNIST_MINI.is_dir(), reason=f"no offline data slice at {FMNIST_MINI}")
 def test_data_service_command_loads_the_task_data(tmp_path, capsys):
-    from decobench.cli import main as decobench
+    from decobench.cli.main import main as decobench
 
     config = tmp_path / "run.yaml"
     config.write_text(f"task: cnn-fmnist\nmethod: d-sgd\ndata_root: {FMNIST_MINI}\n")

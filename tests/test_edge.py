@@ -14,7 +14,7 @@ from edge_outcome import assert_one_line_error, assert_sane_summary
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from decobench.cli import main
+from decobench.cli.main import main
 from decobench.tasks.idx import idx_problem
 
 RUN = ["run", "--task", "cnn-fmnist", "--method", "d-sgd", "--trace", "constant-1gbps-10ms",
@@ -155,7 +155,7 @@ def test_unfinished_run_directory_is_replaced_a_finished_one_is_kept(tmp_path, f
 
 
 def test_os_errors_and_bugs_are_one_line(monkeypatch, capsys):
-    import decobench.cli as cli
+    import decobench.cli.main as cli
 
     def denied(args):
         raise PermissionError(13, "Permission denied", "/some/where")
@@ -278,7 +278,7 @@ def test_a_data_root_for_a_task_the_suite_does_not_run_is_ignored(tmp_path):
     # them (it did: the README command stopped before its first run)
     from PIL import Image
 
-    from decobench.cli import main
+    from decobench.cli.main import main
 
     imagenet = tmp_path / "imagenet"   # enough images for 4 workers' batches of 32
     for split, count in (("train", 70), ("val", 1)):

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from decobench.checkpoint import RANK_CHECKPOINTS, RankCheckpointer, common_iteration
 from decobench.errors import DecobenchError
-from decobench.rundir import read_metrics, read_summary
+from decobench.runs.checkpoint import RANK_CHECKPOINTS, RankCheckpointer, common_iteration
+from decobench.runs.rundir import read_metrics, read_summary
 
 ARGS = ["--task", "cnn-fmnist", "--profile", "cpu", "--workers", "2", "--trace",
         "constant-1gbps-10ms", "--topology", "ring", "--max-iters", "40", "--eval-every", "20",

@@ -1,4 +1,4 @@
-"""Byte codec of the emulated network (benchmark/emulated/codec.py, docs/design.md §3).
+"""Byte codec of the emulated network (benchmark/compression/codec.py, docs/design.md §3).
 
 The payload of a message is exactly ceil(W/8) bytes, W = min(k (32 + L), 32 k + d, 32 d),
 L = index_bits(d), and it decodes to the same dense contribution, bit for bit.
@@ -14,8 +14,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decobench.compressors import TopKCompressor, Update
-from decobench.emulated.codec import (
+from decobench.clock.wire import index_bits, topk_wire_bits
+from decobench.compression.codec import (
     FORMAT_DENSE,
     FORMAT_MASK,
     FORMAT_PACKED,
@@ -36,8 +36,8 @@ from decobench.emulated.codec import (
     unframe,
     unpack_bits,
 )
+from decobench.compression.compressors import TopKCompressor, Update
 from decobench.errors import DecobenchError
-from decobench.wire import index_bits, topk_wire_bits
 
 
 def _f32(xs) -> torch.Tensor:
@@ -428,7 +428,7 @@ def test_encoding_is_vectorised(k) -> None:
 def test_pack_segments_hand_checked():
     """[1, 0, 1] in 1 bit, 5 in 3 bits, 0x1FF in 9 bits: stream 1,0,1, 1,0,1, 1×9 (LSB
     first) = bytes 0b11101101 and 0b01111111 (15 bits, one bit of padding)."""
-    from decobench.emulated.codec import pack_segments, unpack_segments
+    from decobench.compression.codec import pack_segments, unpack_segments
 
     segments = [(torch.tensor([1, 0, 1]), 1), (torch.tensor([5]), 3), (torch.tensor([0x1FF]), 9)]
     stream = pack_segments(segments)
@@ -443,7 +443,7 @@ def test_pack_segments_hand_checked():
                 max_size=5))
 @settings(max_examples=60, deadline=None)
 def test_pack_segments_round_trip(spec):
-    from decobench.emulated.codec import pack_segments, unpack_segments
+    from decobench.compression.codec import pack_segments, unpack_segments
 
     segments = []
     for width, count, seed in spec:
@@ -462,7 +462,7 @@ def test_layerwise_payload_is_the_sum_of_the_layers_wire_sizes():
     """Layer 0: 10 of 1000 kept, packed (10·(32+10) = 420 bits); layer 1: 16 of 16 (sent
     whole, 512 bits); layer 2: 50 of 100, mask (32·50 + 100 = 1700 bits). W = 2632 bits =
     329 bytes: 76 fp32 values (304 bytes), then 100 index bits and 100 mask bits (25)."""
-    from decobench.emulated.codec import (
+    from decobench.compression.codec import (
         LayerSlice,
         decode_layerwise,
         encode_layerwise,
@@ -498,7 +498,7 @@ def test_layerwise_payload_is_the_sum_of_the_layers_wire_sizes():
 def test_layerwise_round_trip_adds_what_the_message_adds(spec, seed):
     """Every layer in whichever format its (k_l, d_l) selects: exactly ⌈Σ W / 8⌉ bytes, and the
     decoded message adds the same vector as the original."""
-    from decobench.emulated.codec import (
+    from decobench.compression.codec import (
         LayerSlice,
         decode_layerwise,
         encode_layerwise,

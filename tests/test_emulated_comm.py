@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from decobench.compressors import TopKCompressor
-from decobench.emulated import codec
+from decobench.compression import codec
+from decobench.compression.compressors import TopKCompressor
 from decobench.emulated.comm import (
     _dense_header_slots,
     _dense_headers,
@@ -57,7 +57,7 @@ def test_gathered_sparse_messages_average_like_the_simulated_backend():
 
 def test_dense_message_carries_the_vector_and_this_ranks_slot_only():
     g = torch.arange(6, dtype=torch.float32).reshape(1, 6)
-    from decobench.compressors import DenseCompressor
+    from decobench.compression.compressors import DenseCompressor
 
     out = encode_message(DenseCompressor().compress(g), {"iteration": 4.0}, rank=1, workers=2)
     assert out.dense and torch.equal(out.buffer[:6], g[0])
@@ -103,10 +103,10 @@ def test_a_message_the_codec_would_resize_is_an_error():
     """A method charging bits the codec does not send (e.g. Rand-k's 32k) fails loudly."""
     import torch
 
-    from decobench.compressors import Compressed
+    from decobench.clock.wire import topk_wire_bits
+    from decobench.compression.compressors import Compressed
     from decobench.emulated.comm import encode_message
     from decobench.errors import DecobenchError
-    from decobench.wire import topk_wire_bits
 
     values, indices = torch.ones(1, 5), torch.arange(5).reshape(1, 5)
     honest = Compressed(values=values, indices=indices, d=1000,
@@ -119,10 +119,10 @@ def test_a_message_the_codec_would_resize_is_an_error():
 
 
 def test_fidelity_replays_the_emulated_schedule_through_the_run():
-    from decobench.config import RunConfig
     from decobench.emulated.fidelity import replayed
     from decobench.methods.controllers import Schedule
-    from decobench.runner import prepare
+    from decobench.runs.config import RunConfig
+    from decobench.runs.runner import prepare
 
     rows = [{"iteration": 2, "delta": 0.2, "tau": 1}, {"iteration": 1, "delta": 0.01, "tau": 0},
             {"iteration": 2, "metric": 0.5}]
@@ -137,9 +137,9 @@ def test_fidelity_replays_the_emulated_schedule_through_the_run():
 
 def test_fidelity_simulates_the_schedule_with_rank_0s_times_and_plans_from_the_ranks_samples(
         tmp_path):
+    from decobench.clock.transport_model import TransportModel
     from decobench.emulated.fidelity import simulated_runs
     from decobench.methods.controllers import Schedule
-    from decobench.transport_model import TransportModel
 
     model = tmp_path / "transport_model.json"
     cost = {"latency_multiplier": 2.0, "goodput": 1.0, "burst_bits": 0.0}
@@ -169,7 +169,7 @@ def test_fidelity_simulates_the_schedule_with_rank_0s_times_and_plans_from_the_r
 def test_every_ranks_control_bytes_come_back_beside_the_message(dense):
     """Control bytes (Sent.control) travel outside the payload: the payload stays ⌈W/8⌉
     bytes, and each rank's bytes come back in its own place on every rank."""
-    from decobench.compressors import DenseCompressor
+    from decobench.compression.compressors import DenseCompressor
     from decobench.emulated.comm import received
 
     torch.manual_seed(1)

@@ -2,10 +2,10 @@
 
 import pytest
 
+from decobench.clock.timemodel import ConstantLink
 from decobench.emulated.delivery import DeliveryDelay
 from decobench.errors import DecobenchError
 from decobench.netem.trace import Trace
-from decobench.timemodel import ConstantLink
 
 
 def test_comm_layer_adds_ring_latency_factor_times_b():

@@ -7,25 +7,19 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 
 import pytest
-from hostfeatures import emulation_unavailable
+from hostfeatures import emulation_unavailable, left_behind, namespaces
 
-from decobench.cli import main
+from decobench.cli.main import main
 from decobench.netem.nfqueue import kernel_has_nfqueue
-from decobench.rundir import read_metrics, read_summary
+from decobench.runs.rundir import read_metrics, read_summary
 
 _UNAVAILABLE = emulation_unavailable() or (
     None if shutil.which("iptables") else "needs iptables (make tools installs it as root)")
 needs_root = pytest.mark.skipif(_UNAVAILABLE is not None, reason=str(_UNAVAILABLE))
 
 OUTAGE_START_S, OUTAGE_END_S = 2.0, 6.0
-
-
-def _namespaces() -> set[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return {line.split()[0] for line in out.splitlines() if line.strip()}
 
 
 @pytest.mark.slow  # about 30 s each (make test-slow, with the killed-rank test)
@@ -50,12 +44,12 @@ def test_an_outage_and_one_percent_loss_finish_with_the_simulated_trajectory(
               "--method", "d-sgd", "--trace", str(trace), "--max-iters", "24",
               "--eval-every", "24", "--data-root", str(fmnist_root), "--no-wandb",
               "--no-progress", "--topology", "ring"]
-    before = _namespaces()
+    before = namespaces()
     emulated, simulated = tmp_path / "emulated", tmp_path / "simulated"
     assert main([*common, "--backend", "emulated", "--packet-loss", "0.01",
                  "--latency-mechanism", mechanism, "--out", str(emulated)]) == 0
     assert main([*common, "--out", str(simulated)]) == 0
-    assert _namespaces() == before, "namespaces left behind"
+    assert not left_behind(before), "namespaces left behind"
 
     summary = read_summary(emulated)
     assert summary["status"] == "finished" and summary["iterations"] == 24

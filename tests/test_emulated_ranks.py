@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from decobench.rundir import read_metrics, read_summary
+from decobench.runs.rundir import read_metrics, read_summary
 
 
 def _free_port() -> int:
@@ -40,7 +40,7 @@ def _ranks(args: list[str], out: Path, workers: int = 2, extra_env=None, timeout
 
 
 def _simulated(args: list[str], out: Path) -> dict:
-    from decobench.cli import main
+    from decobench.cli.main import main
 
     assert main(["run", *args, "--out", str(out), "--no-progress", "--no-wandb"]) == 0
     return read_summary(out)

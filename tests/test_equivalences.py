@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from decobench.flat import FlatLayout
-from decobench.gradients import WorkerGradients
 from decobench.methods import MethodContext, get_method_spec
-from decobench.optimizer import OptimizerConfig
+from decobench.methods.optimizer import OptimizerConfig
+from decobench.training.flat import FlatLayout
+from decobench.training.gradients import WorkerGradients
 
 WORKERS, ITERATIONS = 3, 20
 

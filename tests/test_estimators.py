@@ -6,12 +6,12 @@ import math
 
 import pytest
 
+from decobench.clock.timemodel import ConstantLink, EventClock
+from decobench.clock.topology import topology_factors
+from decobench.clock.wire import wire_bits
 from decobench.errors import DecobenchError
-from decobench.estimators import Ewma, LinkEstimator, NetworkEstimate
-from decobench.planner import plan
-from decobench.timemodel import ConstantLink, EventClock
-from decobench.topology import topology_factors
-from decobench.wire import wire_bits
+from decobench.planning.estimators import Ewma, LinkEstimator, NetworkEstimate
+from decobench.planning.planner import plan
 
 
 def test_ewma() -> None:
@@ -87,8 +87,8 @@ def test_a_fitted_burst_reaches_the_estimator_from_the_clock() -> None:
     """The simulated clock charges (hW − B)/(g·a) and reports the burst with the transfer,
     so DeCo's estimator reads g·a from a transport model with a burst: 20 Mbit/s, 100 ms,
     B = 24,224 bits, g = 1, a 232,050-bit message."""
-    from decobench.simulated import _observation
-    from decobench.transport_model import CollectiveCost, TransportModel
+    from decobench.clock.transport_model import CollectiveCost, TransportModel
+    from decobench.training.simulated import _observation
 
     cost = CollectiveCost(latency_multiplier=2.0, goodput=1.0, burst_bits=24_224.0)
     clock = EventClock(ConstantLink(20e6, 0.1), topology="ring", workers=2,

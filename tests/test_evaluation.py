@@ -1,4 +1,4 @@
-"""When a run evaluates and how finely its time to target is bracketed (decobench.evaluation),
+"""When a run evaluates and how finely its time to target is bracketed (decobench.training.evaluation),
 and that fine evaluation near the target changes nothing but the evaluations."""
 
 import json
@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decobench.cli import main
-from decobench.evaluation import (
+from decobench.cli.main import main
+from decobench.runs.rundir import read_metrics, read_summary
+from decobench.training.evaluation import (
     EvaluationSchedule,
     Resolution,
     TargetBook,
@@ -17,7 +18,6 @@ from decobench.evaluation import (
     refine_windows,
     target_met,
 )
-from decobench.rundir import read_metrics, read_summary
 
 
 def test_target_and_margin_for_accuracy_and_perplexity():
@@ -274,16 +274,16 @@ def test_refine_pass_brackets_a_jump_within_e_f(tmp_path, fmnist_root, coarse):
 def test_a_refine_pass_from_the_kept_state_equals_a_replay_from_the_start(
         tmp_path, fmnist_root, monkeypatch, targets, refined):
     """The refine pass starts from the first pass's state at the evaluation opening the first
-    wide bracket (decobench.checkpoint.RefineStarts): metrics.jsonl, summary.json and the
+    wide bracket (decobench.runs.checkpoint.RefineStarts): metrics.jsonl, summary.json and the
     recorded trajectory equal a replay from iteration 0's (wall-clock fields aside). With a
     milestone and a target two brackets are refined and the run goes on after the first;
     a run stopped at its target refines the bracket of its last evaluation."""
     import torch
 
-    from decobench.checkpoint import RefineStarts
-    from decobench.config import RunConfig
-    from decobench.runner import execute, prepare
-    from decobench.trajectory import TRAJECTORY, Reuse, reuse_key
+    from decobench.runs.checkpoint import RefineStarts
+    from decobench.runs.config import RunConfig
+    from decobench.runs.runner import execute, prepare
+    from decobench.runs.trajectory import TRAJECTORY, Reuse, reuse_key
 
     started = []
     state_at = RefineStarts.state_at

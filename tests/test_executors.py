@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from decobench.cli import main
+from decobench.cli.main import main
 from decobench.reports.build import write_report
-from decobench.rundir import read_summary
+from decobench.runs.rundir import read_summary
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -152,7 +152,7 @@ def test_a_sweep_on_ray_equals_the_local_one_and_resumes_a_killed_cell(
     suite, local = local_sweep
     out = tmp_path / "ray"
     process = subprocess.Popen(
-        [sys.executable, "-m", "decobench.cli",
+        [sys.executable, "-m", "decobench.cli.main",
          *_command(suite, out, fmnist_root, "--executor", "ray", "--ray-address", address)],
         cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
     _kill_a_cell_mid_run(process, out, lambda: _pids("ray::cnn-fmnist__"))  # task name
@@ -204,7 +204,7 @@ def test_a_sweep_on_slurm_equals_the_local_one_and_resumes_a_killed_cell(
     suite, local = local_sweep
     out = tmp_path / "slurm"
     process = subprocess.Popen(
-        [sys.executable, "-m", "decobench.cli",
+        [sys.executable, "-m", "decobench.cli.main",
          *_command(suite, out, fmnist_root, "--executor", "slurm", "--slurm-partition",
                    "debug")],
         cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)

@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from decobench.allocator import keep_freed_memory
-from decobench.flat import FlatLayout
-from decobench.gradients import WorkerGradients
-from decobench.grouped_gradients import GroupedGradients, unsupported
+from decobench.training.allocator import keep_freed_memory
+from decobench.training.flat import FlatLayout
+from decobench.training.gradients import WorkerGradients
+from decobench.training.grouped_gradients import GroupedGradients, unsupported
 
 
 def _per_worker_loop(model, loss_fn, inputs, targets):
@@ -95,7 +95,7 @@ def test_conv_and_linear_rules_property(n, b, channels, stride, padding, kernel,
 
 @pytest.mark.parametrize("task_name", ["cnn-fmnist", "vit-imagenet", "gpt2-wikitext"])
 def test_shipped_models_choose_the_grouped_engine_and_match_vmap(task_name):
-    from decobench.bench import _probe_batch
+    from decobench.cli.bench import _probe_batch
     from decobench.tasks import get_task
     from decobench.tasks.base import build_seeded_model
 
@@ -171,7 +171,7 @@ def test_per_worker_models_and_unsupported_options_fall_back():
 def test_config_yaml_says_which_engine_and_why(tmp_path, fmnist_root, method, engine, reason):
     import yaml
 
-    from decobench.cli import main
+    from decobench.cli.main import main
 
     out = tmp_path / method
     assert main(["run", "--task", "cnn-fmnist", "--method", method, "--workers", "2",

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import library_worker as worker  # noqa: E402
 
 from decobench.methods import MethodContext, get_method_spec  # noqa: E402
-from decobench.optimizer import OptimizerConfig  # noqa: E402
+from decobench.methods.optimizer import OptimizerConfig  # noqa: E402
 
 
 def _free_port() -> int:

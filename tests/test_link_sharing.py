@@ -1,4 +1,4 @@
-"""The ``shared`` link of a transport model (decobench.link_sharing): collectives on lanes of
+"""The ``shared`` link of a transport model (decobench.clock.link_sharing): collectives on lanes of
 their own, sending at a share of the link. Hand-checked schedules, the lanes' bound, a
 bandwidth change mid-transfer, agreement with the FIFO link while messages do not overlap
 (hypothesis), the model file's new fields, and a simulated run under it."""
@@ -13,10 +13,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from decobench.clock.timemodel import ConstantLink, EventClock
+from decobench.clock.transport_model import CollectiveCost, TransportModel, load_transport_model
 from decobench.errors import DecobenchError
 from decobench.netem.trace import Trace
-from decobench.timemodel import ConstantLink, EventClock
-from decobench.transport_model import CollectiveCost, TransportModel, load_transport_model
 
 PLAIN = CollectiveCost(latency_multiplier=1.0, goodput=1.0, burst_bits=0.0)
 
@@ -96,8 +96,8 @@ def test_shares_fill_the_link_under_unequal_caps():
     issued at 0 and sending from 0.5: the all-reduce's 8 bits at 8 bit/s end at 1.5
     (arrive 2.0); the all-gather then sends alone at 2 bit/s, its 4 bits at 2 bit/s end at
     2.5 (2 bits by 1.5, 2 more by 2.5), arrive 3.0."""
-    from decobench.link_sharing import SharedLink
-    from decobench.timemodel import IterationTiming
+    from decobench.clock.link_sharing import SharedLink
+    from decobench.clock.timing import IterationTiming
 
     link = SharedLink(ConstantLink(10.0, 1.0))
     for k, (bits, g) in enumerate(((4.0, 0.2), (8.0, 1.0))):
@@ -230,8 +230,8 @@ def test_a_simulated_dga_run_under_a_shared_model(tmp_path, fmnist_root):
     message's observation is delivered, and its iterations are slower than under FIFO."""
     import yaml
 
-    from decobench.cli import main
-    from decobench.rundir import read_metrics
+    from decobench.cli.main import main
+    from decobench.runs.rundir import read_metrics
 
     cost = CollectiveCost(latency_multiplier=2.0, goodput=1.0, burst_bits=0.0)
     for sharing in ("fifo", "shared"):
@@ -256,8 +256,8 @@ def test_calibration_writes_the_sharing_of_the_transport_it_timed(monkeypatch, c
     """Kernel latency: lanes of their own (``shared``, the run's lanes); comm-layer latency:
     one collective at a time that holds no latency (``fifo``). The costs are fitted as
     before (timings from a known model: m = 2, g = 1, no burst)."""
+    from decobench.clock.topology import topology_factors
     from decobench.emulated import calibrate as calibration
-    from decobench.topology import topology_factors
 
     rate, b, workers = 20e6, 0.1, 2
 

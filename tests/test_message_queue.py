@@ -4,8 +4,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decobench.compressors import Update
-from decobench.message_queue import DelayQueue
+from decobench.compression.compressors import Update
+from decobench.methods.message_queue import DelayQueue
 
 
 def _unit(i: int, d: int = 64) -> Update:

@@ -4,13 +4,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from decobench.estimators import LinkEstimator
-from decobench.flat import FlatLayout
-from decobench.gradients import WorkerGradients
 from decobench.methods import MethodContext, Observation, get_method_spec
 from decobench.methods.controllers import DecoController
-from decobench.optimizer import OptimizerConfig
-from decobench.phi import phi_paper
+from decobench.methods.optimizer import OptimizerConfig
+from decobench.planning.estimators import LinkEstimator
+from decobench.planning.phi import phi_paper
+from decobench.training.flat import FlatLayout
+from decobench.training.gradients import WorkerGradients
 
 
 def _tiny(seed=0):

@@ -10,7 +10,7 @@ import pytest
 from fake_tc import TcEcho
 
 from decobench.errors import DecobenchError
-from decobench.netem import netns
+from decobench.netem import host, netns
 from decobench.netem.netns import (
     CommandError,
     NamespaceNetwork,
@@ -324,11 +324,11 @@ def test_kernel_has_netem_with_fake_runner_cleans_up():
 
 
 def test_require_root_messages(monkeypatch):
-    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(host.os, "geteuid", lambda: 1000)
     with pytest.raises(DecobenchError, match=r"needs root \(CAP_NET_ADMIN\).*simulated backend"):
         require_root()
-    monkeypatch.setattr(netns.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(netns.shutil, "which", lambda tool: None if tool == "tc" else "/x")
+    monkeypatch.setattr(host.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(host.shutil, "which", lambda tool: None if tool == "tc" else "/x")
     with pytest.raises(DecobenchError, match="`tc` command.*iproute2"):
         require_root()
 

@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from decobench.optimizer import OptimizerConfig, SharedOptimizer, learning_rate
+from decobench.methods.optimizer import OptimizerConfig, SharedOptimizer, learning_rate
 
 
 def test_plain_sgd_step():

@@ -48,7 +48,7 @@ def _rows(out: Path) -> list[dict]:
 
 
 def _train(method: str, out: Path, data_root: Path, engine: str = "vmap") -> list[dict]:
-    from decobench.cli import main
+    from decobench.cli.main import main
 
     code = main(["run", *ARGS, "--method", method, *EXTRA.get(method, []),
                  "--gradient-engine", engine, "--data-root", str(data_root), "--out", str(out)])

@@ -8,16 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from decobench.clock.timemodel import t_avg
+from decobench.clock.topology import TOPOLOGIES, topology_factors
+from decobench.clock.wire import dense_wire_bits, topk_count, topk_wire_bits
 from decobench.errors import DecobenchError
 from decobench.methods.base import MethodContext, Observation
 from decobench.methods.controllers import deco_controller
+from decobench.methods.optimizer import OptimizerConfig
 from decobench.methods.options import DecoOptions
-from decobench.optimizer import OptimizerConfig
-from decobench.phi import EF_DELTA0, PHI_MODELS, get_phi, phi_ef, phi_paper
-from decobench.planner import OBJECTIVES, Plan, bubble_free_count, delta_grid, plan
-from decobench.timemodel import t_avg
-from decobench.topology import TOPOLOGIES, topology_factors
-from decobench.wire import dense_wire_bits, topk_count, topk_wire_bits
+from decobench.planning.phi import EF_DELTA0, PHI_MODELS, get_phi, phi_ef, phi_paper
+from decobench.planning.planner import OBJECTIVES, Plan, bubble_free_count, delta_grid, plan
 
 D = 1_000_000  # L = ceil(log2 1e6) = 20: packed indices cost 52 bits per value
 

@@ -18,7 +18,7 @@ from e2e_shared import cells_in_this_process
 from decobench.errors import DecobenchError
 from decobench.methods import METHODS, get_method_spec, method_specs
 from decobench.registry import Registry
-from decobench.rundir import read_metrics, read_summary
+from decobench.runs.rundir import read_metrics, read_summary
 from decobench.tasks import TASKS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,7 +60,7 @@ def test_plugin_method_runs_through_run_and_sweep(randk_installed, tmp_path, fmn
                                                   capsys):
     """`decobench run` in a fresh process (the installed command finds the plugin through its
     entry point); its --help and a sweep through the CLI in this process."""
-    from decobench.cli import main
+    from decobench.cli.main import main
 
     common = ["--no-progress", "--no-wandb"]
     out = tmp_path / "run"
@@ -150,7 +150,7 @@ def test_register_in_process_shadows_and_lists():
 
 
 def test_cli_lists_plugin_errors_as_one_line(monkeypatch, capsys):
-    from decobench.cli import main
+    from decobench.cli.main import main
 
     assert main(["run", "--task", "cnn-fmnist", "--method", "no-such-method", "--trace",
                  "wan-200ms-lowbw-varying", "--no-progress", "--no-wandb"]) == 2

@@ -7,17 +7,17 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from decobench.cli import main
-from decobench.errors import DecobenchError
-from decobench.netem.trace import Trace, load_trace
-from decobench.regime import (
+from decobench.cli.main import main
+from decobench.clock.regime import (
     latency_ratio,
     map_trace,
     parse_regime,
     ratio_trace,
     transmission_ratio,
 )
-from decobench.rundir import read_metrics, read_summary
+from decobench.errors import DecobenchError
+from decobench.netem.trace import Trace, load_trace
+from decobench.runs.rundir import read_metrics, read_summary
 
 
 def test_ratios_hand_checked():
@@ -125,8 +125,8 @@ def test_shaped_ratio_trace_keeps_the_means_and_the_shape():
     """A two-row shape (10 Mbit/s, 100 ms for 5 s; 30 Mbit/s, 300 ms for 5 s: means 20 Mbit/s
     and 200 ms) at ρ = 4, λ = 1 for d = 1000, T = 0.1 s, read against a reference T = 0.2 s:
     times halve (k = 0.5), a = 32,000 / (4 · 0.1) = 80 kbit/s on average and b = 0.1 s."""
+    from decobench.clock.regime import shaped_ratio_trace, transmission_ratio
     from decobench.netem.trace import Trace
-    from decobench.regime import shaped_ratio_trace, transmission_ratio
 
     shape = Trace(times_s=(0.0, 5.0), bandwidth_bps=(10e6, 30e6), latency_s=(0.1, 0.3),
                   name="shape")
@@ -139,7 +139,7 @@ def test_shaped_ratio_trace_keeps_the_means_and_the_shape():
 
 
 def test_ratio_shape_needs_the_ratios():
-    from decobench.config import RunConfig
+    from decobench.runs.config import RunConfig
 
     with pytest.raises(ValueError, match="--ratio-shape shapes the network"):
         RunConfig(task="cnn-fmnist", method="d-sgd", trace="constant-20mbps-100ms",

@@ -31,7 +31,7 @@ from decobench.reports.claims import (
 from decobench.reports.regime_map import regime_maps
 from decobench.reports.runs import load_runs
 from decobench.reports.theory import analyse
-from decobench.suite import load_suite
+from decobench.sweeps.suite import load_suite
 
 
 def run_dir(root: Path, *, task="cnn-fmnist", method="d-sgd", label=None, condition="wan",

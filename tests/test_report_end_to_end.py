@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from decobench.cli import main
+from decobench.cli.main import main
 from decobench.reports.build import write_report
 
 

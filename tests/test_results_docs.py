@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from decobench.reports.claims import VERDICTS, base_verdict, claim_rows
-from decobench.suite import (
+from decobench.sweeps.suite import (
     expand_cells,
     load_suite,
     write_constant_traces,

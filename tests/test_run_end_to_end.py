@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from decobench.cli import main
+from decobench.cli.main import main
 from decobench.methods import method_specs
-from decobench.rundir import read_metrics, read_summary
+from decobench.runs.rundir import read_metrics, read_summary
 
 SMALL = ["--task", "cnn-fmnist", "--workers", "2", "--batch-size", "16", "--max-iters", "12",
          "--eval-every", "6", "--no-progress", "--trace", "wan-200ms-lowbw-varying"]

@@ -1,6 +1,6 @@
 import torch
 
-from decobench.sharding import ShardedBatches, shard_indices
+from decobench.training.sharding import ShardedBatches, shard_indices
 
 
 def test_shards_are_disjoint_and_equal():

@@ -5,13 +5,13 @@ import pytest
 import torch
 import yaml
 
-from decobench.cli import main
+from decobench.cli.main import main
 from decobench.errors import DecobenchError
-from decobench.estimators import NetworkEstimate
 from decobench.methods import MethodContext, get_method_spec
+from decobench.methods.optimizer import OptimizerConfig
 from decobench.methods.options import PlannerOptions
-from decobench.optimizer import OptimizerConfig
-from decobench.planner import plan
+from decobench.planning.estimators import NetworkEstimate
+from decobench.planning.planner import plan
 
 
 def _context(condition):

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from decobench.errors import DecobenchError
-from decobench.suite import (
+from decobench.sweeps.suite import (
     expand_cells,
     identity,
     load_suite,
@@ -219,8 +219,8 @@ def test_cpu_tier_has_what_its_verdicts_need():
 
 
 def test_emulation_only_settings_do_not_change_a_simulated_runs_identity():
-    from decobench.config import RunConfig
-    from decobench.suite import identity
+    from decobench.runs.config import RunConfig
+    from decobench.runs.identity import identity
 
     base = dict(task="cnn-fmnist", method="d-sgd", trace="constant-20mbps-100ms")
     plain = identity(RunConfig(**base))

@@ -12,13 +12,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from decobench.checkpoint import CHECKPOINT
-from decobench.cli import main
+from decobench.cli.main import main
 from decobench.errors import DecobenchError
 from decobench.reports.build import write_report
-from decobench.rundir import read_summary
-from decobench.suite import load_suite, parse_suite
-from decobench.sweep import MANIFEST, STAGING_PREFIX, plan_sweep, remove_abandoned_staging, sweep
+from decobench.runs.checkpoint import CHECKPOINT
+from decobench.runs.rundir import read_summary
+from decobench.sweeps.suite import load_suite, parse_suite
+from decobench.sweeps.sweep import (
+    MANIFEST,
+    STAGING_PREFIX,
+    plan_sweep,
+    remove_abandoned_staging,
+    sweep,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -101,7 +107,7 @@ def test_killed_twice_resumes_to_the_uninterrupted_result(tmp_path, fmnist_root,
     assert [c["run_dir"] for c in manifest["cells"]] == sorted(
         f"runs/{p.name}" for p in (whole / "runs").iterdir())
 
-    command = [sys.executable, "-m", "decobench.cli", *_cli(suite_path, killed, fmnist_root)]
+    command = [sys.executable, "-m", "decobench.cli.main", *_cli(suite_path, killed, fmnist_root)]
     runs = killed / "runs"
 
     def staging() -> list[Path]:
@@ -181,7 +187,7 @@ def test_interrupt_stops_the_sweep_and_leaves_it_resumable(tmp_path, fmnist_root
     runs = out / "runs"
     command = _cli(suite_path, out, fmnist_root)
     command[command.index("--jobs") + 1] = "2"
-    sweep_process = subprocess.Popen([sys.executable, "-m", "decobench.cli", *command],
+    sweep_process = subprocess.Popen([sys.executable, "-m", "decobench.cli.main", *command],
                                      cwd=REPO, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300    # a hang guard only: the loop ends when a run trains
     while not any((s / "metrics.jsonl.partial").exists() for s in runs.glob(".staging-*")):
@@ -208,7 +214,7 @@ def test_interrupt_stops_the_sweep_and_leaves_it_resumable(tmp_path, fmnist_root
 def test_ctrl_c_and_sigterm_set_the_same_stop_event():
     """While the cells run, Ctrl-C and SIGTERM only set the sweep's stop event (which the
     test above sees end the sweep, for Ctrl-C); the handlers from before come back after."""
-    from decobench.sweep import _deferred_interrupts
+    from decobench.sweeps.sweep import _deferred_interrupts
 
     def outside(signum, frame):
         raise AssertionError(f"signal {signum} reached the handler from before the sweep")

@@ -15,7 +15,7 @@ from edge_outcome import assert_one_line_error, assert_sane_summary
 from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
-from decobench.cli import main
+from decobench.cli.main import main
 
 _junk = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10, 10**6),
                   st.sampled_from(["", "x", "nope", "1e400", "-1", "d-sgd"]), st.none(),

@@ -10,8 +10,8 @@ from statistics import median
 import pytest
 import yaml
 
-from decobench.cli import main
-from decobench.rundir import read_summary
+from decobench.cli.main import main
+from decobench.runs.rundir import read_summary
 
 SUITE = {
     "name": "ci-smoke",

@@ -10,10 +10,10 @@ import torch
 import yaml
 
 import decobench.tasks
-from decobench.cli import main
+from decobench.cli.main import main
 from decobench.errors import DecobenchError
 from decobench.methods import method_specs
-from decobench.rundir import read_metrics, read_summary
+from decobench.runs.rundir import read_metrics, read_summary
 from decobench.tasks.base import parameter_count
 from decobench.tasks.cnn_cifar10 import CIFAR10_MEAN, CIFAR10_STD, CnnCifar10, write_cifar_format
 

@@ -12,12 +12,10 @@ import torch
 import yaml
 
 import decobench.tasks
-from decobench.cli import main
+from decobench.cli.main import main
 from decobench.errors import DecobenchError
-from decobench.flat import FlatLayout
-from decobench.gradients import WorkerGradients
 from decobench.methods import method_specs
-from decobench.rundir import read_metrics, read_summary
+from decobench.runs.rundir import read_metrics, read_summary
 from decobench.tasks import gpt2_wikitext
 from decobench.tasks.base import build_seeded_model, parameter_count
 from decobench.tasks.gpt2_wikitext import (
@@ -38,6 +36,8 @@ from decobench.tasks.tokenizer import (
     trained_bpe,
     trained_bpe_path,
 )
+from decobench.training.flat import FlatLayout
+from decobench.training.gradients import WorkerGradients
 
 WIKITEXT2 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wikitext-2"
 WORDS = ("the river city was built in a long war of kings and ships ; it is known for "

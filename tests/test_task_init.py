@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import decobench.tasks
-from decobench.cli import main
-from decobench.config import RunConfig, build_run_config
+from decobench.cli.main import main
 from decobench.errors import DecobenchError
-from decobench.suite import ADDED_LATER, identity
+from decobench.runs.config import RunConfig, build_run_config
+from decobench.runs.identity import ADDED_LATER, identity
 from decobench.tasks import TASKS, get_task
 from decobench.tasks.base import build_seeded_model
 

@@ -14,12 +14,10 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from torchvision.transforms import functional as TF
 
 import decobench.tasks
-from decobench.cli import main
+from decobench.cli.main import main
 from decobench.errors import DecobenchError
-from decobench.flat import FlatLayout
-from decobench.gradients import WorkerGradients
 from decobench.methods import method_specs
-from decobench.rundir import read_metrics, read_summary
+from decobench.runs.rundir import read_metrics, read_summary
 from decobench.tasks.base import build_seeded_model, parameter_count
 from decobench.tasks.standins import build_standins
 from decobench.tasks.vit_imagenet import (
@@ -28,6 +26,8 @@ from decobench.tasks.vit_imagenet import (
     open_rgb,
     write_image_folder,
 )
+from decobench.training.flat import FlatLayout
+from decobench.training.gradients import WorkerGradients
 
 CLASSES = ["n01440764", "n01443537", "n01484850"]
 SOLID = (10, 200, 90)

@@ -13,8 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decobench.errors import DecobenchError
-from decobench.timemodel import (
+from decobench.clock.timemodel import (
     ConstantLink,
     EventClock,
     IterationTiming,
@@ -22,8 +21,9 @@ from decobench.timemodel import (
     simulate_constant,
     t_avg,
 )
-from decobench.topology import TOPOLOGIES, topology_factors
-from decobench.wire import wire_bits
+from decobench.clock.topology import TOPOLOGIES, topology_factors
+from decobench.clock.wire import wire_bits
+from decobench.errors import DecobenchError
 
 
 @dataclass(frozen=True)

@@ -271,8 +271,8 @@ def test_paper_profiles_match_the_tasks() -> None:
 
 
 def test_dsgd_fraction_is_the_time_models_closed_form() -> None:
-    from decobench.timemodel import t_avg
-    from decobench.wire import dense_wire_bits
+    from decobench.clock.timemodel import t_avg
+    from decobench.clock.wire import dense_wire_bits
 
     for profile in PAPER_PROFILES.values():
         for a, b in ((20e6, 0.2), (500e6, 0.21), (1.12e9, 0.0055)):

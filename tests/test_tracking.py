@@ -1,4 +1,4 @@
-"""W&B tracking (decobench.tracking): mode resolution, naming, offline runs read back from
+"""W&B tracking (decobench.runs.tracking): mode resolution, naming, offline runs read back from
 their ``.wandb`` file (tests/wandb_records.py), failures, ``--no-wandb``, the report run,
 and one run through the real runner."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from decobench.errors import DecobenchError
-from decobench.tracking import (
+from decobench.runs.tracking import (
     NullTracker,
     WandbTracker,
     log_report,
@@ -238,8 +238,8 @@ def test_report_run(offline, tmp_path):
 
 
 def test_runner_end_to_end(offline, tmp_path, fmnist_root):
-    from decobench.config import RunConfig
-    from decobench.runner import execute, prepare
+    from decobench.runs.config import RunConfig
+    from decobench.runs.runner import execute, prepare
 
     run = prepare(RunConfig(task="cnn-fmnist", method="deco-sgd", workers=2,
                             trace="constant-20mbps-100ms", max_iters=20, eval_every=10,

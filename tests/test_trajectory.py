@@ -9,11 +9,11 @@ import pytest
 import yaml
 from e2e_shared import cells_in_this_process
 
-from decobench.config import RunConfig
 from decobench.errors import DecobenchError
 from decobench.methods import METHODS, MethodSpec, get_method_spec, register_method
-from decobench.runner import execute, prepare
-from decobench.trajectory import TRAJECTORY, Reuse, reuse_key
+from decobench.runs.config import RunConfig
+from decobench.runs.runner import execute, prepare
+from decobench.runs.trajectory import TRAJECTORY, Reuse, reuse_key
 
 WALL_CLOCK = ("wall_time_s",)
 
@@ -233,7 +233,7 @@ def reused_grid(tmp_path_factory, fmnist_root) -> tuple[Path, Path, str]:
     import contextlib
     import io
 
-    from decobench.cli import main
+    from decobench.cli.main import main
 
     folder = tmp_path_factory.mktemp("grid")
     suite = _grid_suite(folder)
@@ -251,7 +251,7 @@ def test_a_sweep_trains_each_trajectory_once(tmp_path, fmnist_root, reused_grid)
     import io
     import shutil
 
-    from decobench.cli import main
+    from decobench.cli.main import main
 
     suite, reused, err = reused_grid
     assert "9 to run (6 trained, 3 re-timed from their trajectories)" in err
@@ -286,7 +286,7 @@ def test_a_killed_sweep_with_reuse_resumes_to_the_same_report(tmp_path, fmnist_r
     import sys
     import time
 
-    from decobench.cli import main
+    from decobench.cli.main import main
     from decobench.reports.build import write_report
 
     suite, whole, _ = reused_grid
@@ -302,7 +302,7 @@ def test_a_killed_sweep_with_reuse_resumes_to_the_same_report(tmp_path, fmnist_r
 
     killed = tmp_path / "killed"
     runs = killed / "runs"
-    process = subprocess.Popen([sys.executable, "-m", "decobench.cli", *command(killed)],
+    process = subprocess.Popen([sys.executable, "-m", "decobench.cli.main", *command(killed)],
                                cwd=Path(__file__).resolve().parents[1],
                                stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300

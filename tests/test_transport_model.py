@@ -1,4 +1,4 @@
-"""Transport models (decobench.transport_model): the event clock's charge with a fitted
+"""Transport models (decobench.clock.transport_model): the event clock's charge with a fitted
 model, hand-checked; the calibration fit recovering a known model; loading and identity;
 the fidelity's first-plan comparison; a simulated run that uses a model."""
 
@@ -10,18 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decobench.emulated.calibrate import Timing, fit_cost
-from decobench.emulated.fidelity import first_plan, measured_compute_s, plans_agree
-from decobench.errors import DecobenchError
-from decobench.estimators import LinkEstimator
-from decobench.simulated import _observation
-from decobench.timemodel import ConstantLink, EventClock
-from decobench.transport_model import (
+from decobench.clock.timemodel import ConstantLink, EventClock
+from decobench.clock.transport_model import (
     IDEAL,
     CollectiveCost,
     TransportModel,
     load_transport_model,
 )
+from decobench.emulated.calibrate import Timing, fit_cost
+from decobench.emulated.fidelity import first_plan, measured_compute_s, plans_agree
+from decobench.errors import DecobenchError
+from decobench.planning.estimators import LinkEstimator
+from decobench.training.simulated import _observation
 
 SPARSE = CollectiveCost(latency_multiplier=2.0, goodput=0.5, burst_bits=0.4e6)
 MODEL = TransportModel("test", all_gather=SPARSE, all_reduce=CollectiveCost(3.0, 1.0, 0.0))
@@ -139,8 +139,8 @@ def test_load_a_model_file_or_run_directory_and_refuse_bad_ones(tmp_path):
 
 
 def test_identity_counts_a_model_by_its_numbers(tmp_path):
-    from decobench.config import RunConfig
-    from decobench.suite import identity
+    from decobench.runs.config import RunConfig
+    from decobench.runs.identity import identity
 
     base = {"task": "cnn-fmnist", "method": "d-sgd", "trace": "constant-20mbps-100ms"}
     plain = identity(RunConfig(**base))
@@ -170,8 +170,8 @@ def test_first_plans_compare_delta_and_tau():
 def test_a_simulated_run_with_a_model_is_slower_and_says_so(tmp_path, fmnist_root):
     import yaml
 
-    from decobench.cli import main
-    from decobench.rundir import read_summary
+    from decobench.cli.main import main
+    from decobench.runs.rundir import read_summary
 
     (tmp_path / "model.json").write_text(json.dumps(MODEL.to_dict()))
     common = ["run", "--task", "cnn-fmnist", "--profile", "cpu", "--workers", "2",
@@ -233,9 +233,9 @@ def _one_worker_clock(latency_s, compute_times, report="arrival"):
     the given T_k (T = 0.5 s after them), and an empty payload (no bits to send)."""
     import torch
 
-    from decobench.compressors import Compressed
+    from decobench.compression.compressors import Compressed
     from decobench.netem.trace import Trace
-    from decobench.simulated import SimulatedTransport
+    from decobench.training.simulated import SimulatedTransport
 
     trace = Trace(times_s=(0.0,), bandwidth_bps=(1e9,), latency_s=(latency_s,))
     transport = SimulatedTransport(lambda d: trace, "paper", 1, 0.5,
@@ -258,8 +258,8 @@ def test_network_plan_takes_the_emulated_network_and_the_simulated_compute_time(
     from types import SimpleNamespace
 
     from decobench.emulated.fidelity import network_plan
-    from decobench.phi import get_phi
-    from decobench.planner import plan
+    from decobench.planning.phi import get_phi
+    from decobench.planning.planner import plan
 
     options = SimpleNamespace(phi="paper", tau_max=32, delta_min=1e-4, kappa=1.0,
                               planner="paper")
@@ -340,7 +340,7 @@ def test_a_simulated_observation_carries_the_freshest_iterations_compute_time():
 ])
 def test_next_message_reports_reach_the_method_as_the_emulated_ranks_headers_do(tau, expected):
     from decobench.methods import Sent
-    from decobench.simulated import SimulatedTransport
+    from decobench.training.simulated import SimulatedTransport
 
     transport, payload = _one_worker_clock(0.25, (0.1, 0.3, 0.2, 0.05, 0.07, 0.09, 0.11, 0.13),
                                            report="next-message")

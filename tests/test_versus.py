@@ -12,11 +12,11 @@ from e2e_shared import cells_in_this_process
 from hypothesis import given
 from hypothesis import strategies as st
 
-from decobench.budget import dense_time_budget, iterations_within
-from decobench.cli import main
+from decobench.cli.main import main
+from decobench.clock.budget import dense_time_budget, iterations_within
+from decobench.clock.timemodel import ConstantLink
 from decobench.reports.runs import Run
 from decobench.reports.tables import budget_warnings
-from decobench.timemodel import ConstantLink
 
 
 def test_dense_time_budget_by_hand():

@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decobench.errors import DecobenchError
-from decobench.topology import TOPOLOGIES, TopologyFactors, topology_factors
-from decobench.wire import (
+from decobench.clock.topology import TOPOLOGIES, TopologyFactors, topology_factors
+from decobench.clock.wire import (
     dense_wire_bits,
     index_bits,
     max_topk_count_within,
@@ -18,6 +17,7 @@ from decobench.wire import (
     topk_wire_bits,
     wire_bits,
 )
+from decobench.errors import DecobenchError
 
 
 def test_index_bits_is_ceil_log2_at_least_one() -> None:

@@ -1,4 +1,4 @@
-"""Fit a transport model (:mod:`decobench.transport_model`) on the emulated links.
+"""Fit a transport model (:mod:`decobench.clock.transport_model`) on the emulated links.
 
 Before training (``--calibrate-transport``; ``decobench fidelity`` always asks), while the
 links hold the trace's first setting (a, b), every rank times the collectives the run uses,
@@ -37,10 +37,10 @@ import torch
 import torch.distributed as dist
 
 from decobench.atomicio import write_text_atomic
+from decobench.clock.topology import topology_factors
+from decobench.clock.transport_model import CollectiveCost, TransportModel
 from decobench.errors import DecobenchError
 from decobench.netem.tc import burst_bytes
-from decobench.topology import topology_factors
-from decobench.transport_model import CollectiveCost, TransportModel
 
 SIZES_S: tuple[float, ...] = (0.01, 0.05, 0.25, 1.0)
 """Link time at the first setting's rate of each timed collective (seconds of ``h·W / a``):
@@ -149,7 +149,7 @@ def calibrate(workers: int, topology: str, rate_bps: float, latency_s: float,
     The link's sharing follows the transport's structure, which single timings cannot
     show: where the network holds the latency (``kernel``) each of the ``lanes``
     collectives in flight pays its own round trips and sends beside the others
-    (``shared``, :mod:`decobench.link_sharing`); where the communication layer adds the
+    (``shared``, :mod:`decobench.clock.link_sharing`); where the communication layer adds the
     latency after a collective that holds none, one lane at a time is the time model's FIFO
     queue (``fifo``)."""
     costs: dict[str, CollectiveCost] = {}

@@ -5,7 +5,7 @@ order, as in the time model of docs/design.md §4.2), so communication overlaps 
 iterations' computation:
 
 - a sparse message (δ < 1) is a byte frame, header + the method's control bytes + the
-  payload of exactly ⌈W/8⌉ bytes (:mod:`decobench.emulated.codec`), exchanged by
+  payload of exactly ⌈W/8⌉ bytes (:mod:`decobench.compression.codec`), exchanged by
   ``all_gather``;
 - a dense message (δ = 1) is the fp32 vector plus one header slot and one control slot per
   rank, exchanged by a summing ``all_reduce`` (each rank writes only its own slots, so the
@@ -62,8 +62,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from decobench.compressors import Compressed, Update
-from decobench.emulated import codec
+from decobench.compression import codec
+from decobench.compression.compressors import Compressed, Update
 from decobench.emulated.delivery import DeliveryDelay
 from decobench.errors import DecobenchError
 
@@ -204,7 +204,7 @@ def from_words(words: Tensor) -> Tensor:
 
 def mean_update(messages: Sequence[codec.DecodedMessage], d: int, device: torch.device) -> Update:
     """u = (1/n) Σ_i Δ^i from the n decoded messages, in the layout
-    :meth:`decobench.compressors.Compressed.mean` gives: concatenated sparse entries in rank
+    :meth:`decobench.compression.compressors.Compressed.mean` gives: concatenated sparse entries in rank
     order with values divided by n, or a dense ``[d]`` vector if any message came dense."""
     n = len(messages)
     if all(m.indices is not None for m in messages):

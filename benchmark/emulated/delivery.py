@@ -7,7 +7,7 @@ whose collective ended at ``tx_end`` is delivered to the training loop no earlie
     arrive = tx_end + l · b(tx_end)
 
 with ``b(t)`` the trace's one-way latency at trace time ``t`` and ``l`` the topology's latency
-factor (:func:`decobench.topology.topology_factors`: ``n − 1`` hops for a ring all-gather,
+factor (:func:`decobench.clock.topology.topology_factors`: ``n − 1`` hops for a ring all-gather,
 ``2 (n − 1)`` for a ring all-reduce). Where netem adds the latency in the kernel
 (``mechanism = "kernel"``) the collective already includes it and this layer adds nothing.
 """
@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from decobench.clock.timemodel import Link
+from decobench.clock.topology import topology_factors
 from decobench.errors import DecobenchError
-from decobench.timemodel import Link
-from decobench.topology import topology_factors
 
 LatencyMechanism = Literal["kernel", "comm-layer"]
 """Who adds the one-way latency: netem in the kernel, or this layer."""

@@ -30,7 +30,7 @@ for you (docs/emulation.md).
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    from decobench.flags import add_method_flags, add_run_flags
+    from decobench.cli.flags import add_method_flags, add_run_flags
 
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--method")
@@ -71,7 +71,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     import json
 
-    from decobench.config import build_run_config
+    from decobench.cli.flags import run_values
     from decobench.emulated.comm import PeerLost
     from decobench.emulated.worker import (
         EmulationSettings,
@@ -79,10 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         default_timeout_s,
         run_rank,
     )
-    from decobench.flags import run_values
-    from decobench.runner import prepare
+    from decobench.runs.config import build_run_config
+    from decobench.runs.runner import prepare
+    from decobench.runs.tracking import wandb_tracker_factory
     from decobench.tasks.base import parameter_count
-    from decobench.tracking import wandb_tracker_factory
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(argv).parse_args(argv)

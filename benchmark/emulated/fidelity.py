@@ -21,15 +21,15 @@ the time model replays the emulated run's schedule; a second simulated run with 
 method's own decisions is reported beside it (end to end), and its first plan is compared
 with the emulated run's. That run sees the emulated run's compute noise as the emulated
 planner did: each observation reaches the method when the emulated ranks' next message
-would carry it (``report="next-message"`` in :mod:`decobench.simulated`), with the T̂
+would carry it (``report="next-message"`` in :mod:`decobench.training.simulated`), with the T̂
 samples the ranks agreed on (:func:`planning_compute_times`); with the run's mean T and
 the arrival rule, the first plans differed by the VM's compute noise alone.
 
 The emulated run calibrates the transport before training (``--calibrate-transport``:
 :mod:`decobench.emulated.calibrate` fits gloo's latency multiplier, goodput and the
 shaper's burst per collective kind and writes ``transport_model.json``, with the link shared
-by the run's lanes: :mod:`decobench.link_sharing`). The simulated runs
-are charged with that fitted model (``--transport-model``, :mod:`decobench.transport_model`);
+by the run's lanes: :mod:`decobench.clock.link_sharing`). The simulated runs
+are charged with that fitted model (``--transport-model``, :mod:`decobench.clock.transport_model`);
 the same schedule on the ideal link of docs/design.md §4 is reported beside it, so the table
 shows both how far the ideal time model is from the real transport and whether the fitted
 model closes the gap. For adaptive methods the first plan (δ, τ) of the emulated run is
@@ -47,11 +47,11 @@ from pathlib import Path
 from typing import Any
 
 from decobench.atomicio import write_text_atomic
-from decobench.config import RunConfig
+from decobench.clock.transport_model import TRANSPORT_MODEL_FILE
 from decobench.errors import DecobenchError
-from decobench.rundir import read_metrics
-from decobench.runner import PreparedRun
-from decobench.transport_model import TRANSPORT_MODEL_FILE
+from decobench.runs.config import RunConfig
+from decobench.runs.rundir import read_metrics
+from decobench.runs.runner import PreparedRun
 
 TOLERANCE = 0.10
 """The agreement the issue asks for: within 10%."""
@@ -202,8 +202,8 @@ def network_plan(emulated: Sequence[dict[str, Any]], planned: Sequence[dict[str,
     with the simulated run's first T̂: the first-plan comparison with the compute time taken
     out, so it tests only what the two backends measure of the network. ``options``: the
     method's planner options (None, or a method without them: no plan)."""
-    from decobench.phi import get_phi
-    from decobench.planner import plan
+    from decobench.planning.phi import get_phi
+    from decobench.planning.planner import plan
 
     e, p = _first_plan_row(emulated), _first_plan_row(planned)
     if e is None or p is None or not hasattr(options, "phi"):
@@ -360,8 +360,8 @@ def simulated_runs(simulated: dict[str, Any], emulated_rows: Sequence[dict[str, 
     T_k (:func:`measured_compute_times`), charged with the fitted transport model and on
     the ideal link; ``simulated-own-plan`` decides for itself with the fitted model, the
     T̂ samples the emulated ranks agreed on (:func:`planning_compute_times`) and the
-    emulated ranks' report rule (``report="next-message"``, :mod:`decobench.simulated`)."""
-    from decobench.runner import prepare
+    emulated ranks' report rule (``report="next-message"``, :mod:`decobench.training.simulated`)."""
+    from decobench.runs.runner import prepare
 
     compute_times = measured_compute_times(emulated_rows)
     planning_times = planning_compute_times(emulated_rows)
@@ -383,7 +383,7 @@ def run_fidelity(base: RunConfig, methods: Sequence[str], out: Path, warmup: int
                  launch: Callable[..., dict[str, Any]] | None = None) -> list[FidelityRow]:
     """Both backends for each method; writes ``fidelity.json`` and ``fidelity.md``."""
     from decobench.emulated.launcher import launch as launch_emulated
-    from decobench.runner import execute, prepare
+    from decobench.runs.runner import execute, prepare
 
     launch = launch or launch_emulated
     if base.max_iters is None or base.max_iters <= warmup:

@@ -37,11 +37,11 @@ from typing import Any
 import yaml
 
 from decobench.atomicio import write_text_atomic
-from decobench.backends import Backend
 from decobench.emulated.worker import FAILURE, default_timeout_s
 from decobench.errors import DecobenchError
-from decobench.rundir import SUMMARY, RunDirectory, read_summary
-from decobench.runner import PreparedRun
+from decobench.runs.backends import Backend
+from decobench.runs.rundir import SUMMARY, RunDirectory, read_summary
+from decobench.runs.runner import PreparedRun
 from decobench.tasks.base import parameter_count
 
 GRACE_S = 45.0
@@ -183,7 +183,7 @@ def launch(run: PreparedRun, overwrite: bool = False, show_progress: bool = True
 
 def check_resumable(out: Path) -> None:
     """One line unless ``out`` holds an unfinished emulated run with per-rank checkpoints."""
-    from decobench.checkpoint import RANK_CHECKPOINTS, has_rank_checkpoints
+    from decobench.runs.checkpoint import RANK_CHECKPOINTS, has_rank_checkpoints
 
     if (out / SUMMARY).is_file():
         raise DecobenchError(f"--resume: {out} holds a finished run; nothing to resume (pass "
@@ -342,7 +342,7 @@ def _stop_player(player: Any, out: Path) -> None:
 
 def _launch(run: PreparedRun, *, overwrite: bool = False, show_progress: bool = True,
             wandb: bool = True, resume: bool = False) -> dict[str, Any]:
-    from decobench.tracking import wandb_tracker_factory
+    from decobench.runs.tracking import wandb_tracker_factory
 
     wandb_tracker_factory(wandb)                     # a bad WANDB_MODE fails here
     return launch(run, overwrite=overwrite, show_progress=show_progress, wandb=wandb,

@@ -19,7 +19,7 @@ all ranks checkpoint after the same iteration: the leader raises :data:`FLAG_CHE
 when its checkpointer is due, every rank saves when that message is applied, and each header
 reports the newest checkpoint its sender saved (``saved_iteration``), so a rank deletes an
 older checkpoint only once every rank holds a newer one
-(:class:`~decobench.checkpoint.RankCheckpointer`).
+(:class:`~decobench.runs.checkpoint.RankCheckpointer`).
 
 Resuming (:meth:`DistributedTransport.start` with a state) restores the sent-message
 records, the messages in flight (waited for when the checkpoint was taken, handed back to
@@ -41,13 +41,13 @@ import torch
 import torch.distributed as dist
 
 from decobench.atomicio import write_text_atomic
-from decobench.checkpoint import RankCheckpointer
+from decobench.clock.topology import topology_factors
 from decobench.emulated.comm import Arrival, Communicator, encode_message
 from decobench.emulated.delivery import DeliveryDelay
-from decobench.loop import IterationTimes
 from decobench.methods import Due, Observation, Sent
 from decobench.netem.trace import Trace
-from decobench.topology import topology_factors
+from decobench.runs.checkpoint import RankCheckpointer
+from decobench.training.loop import IterationTimes
 
 FLAG_STOP = 1
 """Header flag: the sender asks every rank to stop (target met or time budget spent)."""
@@ -131,7 +131,7 @@ def _as_due(arrival: Arrival) -> Due:
 
 
 class DistributedTransport:
-    """:class:`~decobench.loop.Transport` of one emulated rank (see the module docstring).
+    """:class:`~decobench.training.loop.Transport` of one emulated rank (see the module docstring).
 
     ``trace_for(d)``: the network for a model of d parameters (built at :meth:`start`);
     ``latency_mechanism``: ``kernel`` (the network adds the latency) or ``comm-layer``

@@ -1,11 +1,11 @@
 """One rank of an emulated run: real computation, real collectives, measured time.
 
-The rank trains with the one training loop (:mod:`decobench.loop`) over a
+The rank trains with the one training loop (:mod:`decobench.training.loop`) over a
 :class:`~decobench.emulated.transport.DistributedTransport` (its rows: this rank's worker;
 its clock: measured; its messages: background collectives, applied τ iterations after they
 were sent). The method objects are the simulated backend's, built for one row of gradients
 (``MethodContext.gradient_rows = 1``). Rank 0 writes the run directory; every rank keeps
-its own checkpoints in ``RUN_DIR/checkpoints/`` (:class:`~decobench.checkpoint.RankCheckpointer`)
+its own checkpoints in ``RUN_DIR/checkpoints/`` (:class:`~decobench.runs.checkpoint.RankCheckpointer`)
 and, with ``--resume``, restores the newest iteration all ranks hold.
 """
 
@@ -27,29 +27,29 @@ import torch
 import torch.distributed as dist
 
 from decobench.atomicio import write_text_atomic
-from decobench.checkpoint import RANK_CHECKPOINTS, RankCheckpointer, common_iteration
-from decobench.devices import resolve_device
+from decobench.clock.topology import topology_factors
+from decobench.clock.transport_model import TRANSPORT_MODEL_FILE
+from decobench.clock.wire import dense_wire_bits
 from decobench.emulated.comm import PeerLost
 from decobench.emulated.transport import DistributedTransport
 from decobench.errors import DecobenchError
-from decobench.loop import train
 from decobench.netem.probe import ProbeReport
 from decobench.netem.tcp import HostChange
 from decobench.netem.trace import Trace, write_trace
-from decobench.rundir import RunDirectory
-from decobench.runner import (
+from decobench.runs.checkpoint import RANK_CHECKPOINTS, RankCheckpointer, common_iteration
+from decobench.runs.identity import identity
+from decobench.runs.rundir import RunDirectory
+from decobench.runs.runner import (
     PreparedRun,
     evaluation_plan,
     load_task_data,
     resolved_config,
     summary_fields,
 )
-from decobench.sharding import check_batch_size
-from decobench.suite import identity
-from decobench.topology import topology_factors
-from decobench.tracking import NullTracker, RunTracker, TrackerFactory
-from decobench.transport_model import TRANSPORT_MODEL_FILE
-from decobench.wire import dense_wire_bits
+from decobench.runs.tracking import NullTracker, RunTracker, TrackerFactory
+from decobench.training.devices import resolve_device
+from decobench.training.loop import train
+from decobench.training.sharding import check_batch_size
 
 PROBE_FILE = "network_probe.json"
 """The pre-training link probe's report, in the run directory (``--probe``)."""

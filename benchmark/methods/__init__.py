@@ -2,12 +2,17 @@
 
 A :class:`MethodSpec` names a method, its typed options and a factory. DD-EF-SGD and
 DeCo-SGD live here; every method, these two and the baselines (``baselines/``) included, is
-found through the ``decobench.methods`` entry points (:mod:`decobench.registry`).
+found through the ``decobench.methods`` entry points (:mod:`decobench.registry`). The
+floor also holds the pieces every method shares: the delay queue (``message_queue``), the
+shared optimizer step (``optimizer``) and recorded schedules (``replay``).
+
+May import: the foundation, ``decobench.netem``, ``clock``, ``planning`` and
+``compression``.
 """
 
 from __future__ import annotations
 
-from decobench.compressors import TopKCompressor
+from decobench.compression.compressors import TopKCompressor
 from decobench.methods.base import (
     Due,
     LocalExchange,

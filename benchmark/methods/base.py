@@ -1,7 +1,7 @@
 """The method interface every training method implements.
 
 A method has two halves, so that one training loop serves every backend over a transport
-(:mod:`decobench.loop`):
+(:mod:`decobench.training.loop`):
 
 - the **worker half**, :meth:`Method.send`: the gradients of the workers this process holds
   (all n on the simulated backend, one per rank on the emulated one) become the messages they
@@ -31,10 +31,10 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import Tensor
 
-from decobench.compressors import Compressed, Update
-from decobench.estimators import NetworkEstimate
-from decobench.message_queue import DelayQueue
-from decobench.optimizer import OptimizerConfig
+from decobench.compression.compressors import Compressed, Update
+from decobench.methods.message_queue import DelayQueue
+from decobench.methods.optimizer import OptimizerConfig
+from decobench.planning.estimators import NetworkEstimate
 
 
 class MethodOptions(BaseModel):
@@ -53,7 +53,7 @@ class MethodContext:
     ``gradient_rows`` how many workers' gradients one process holds (None: all n);
     ``first_worker`` the index of the first of them (the rank on the emulated backend), so a
     method knows whether this process holds worker 0. ``condition`` holds the network's
-    means from its trace and T, as a :class:`~decobench.estimators.NetworkEstimate` (None
+    means from its trace and T, as a :class:`~decobench.planning.estimators.NetworkEstimate` (None
     where unknown, e.g. a measured T): only for baselines
     planned ahead from the whole condition, such as ``static-mean-plan``; an online method
     learns the network from its :class:`Observation` s alone.

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from decobench.estimators import LinkEstimator, NetworkEstimate
 from decobench.methods.base import MethodContext, Observation
 from decobench.methods.options import PlannerOptions
-from decobench.phi import PhiModel, get_phi
-from decobench.planner import Plan, plan
+from decobench.planning.estimators import LinkEstimator, NetworkEstimate
+from decobench.planning.phi import PhiModel, get_phi
+from decobench.planning.planner import Plan, plan
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from decobench.compressors import Compressor, DenseCompressor
-from decobench.error_feedback import ErrorFeedback
+from decobench.compression.compressors import Compressor, DenseCompressor
+from decobench.compression.error_feedback import ErrorFeedback
 from decobench.methods.base import Due, Method, MethodContext, Observation, Sent, summed
 from decobench.methods.controllers import Controller, ReplayController
-from decobench.optimizer import SharedOptimizer
+from decobench.methods.optimizer import SharedOptimizer
 
 
 class DDEFSGD(Method):

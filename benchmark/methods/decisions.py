@@ -11,12 +11,12 @@ those decisions through :attr:`MethodSpec.network_decisions
 - :data:`NETWORK_INDEPENDENT`: the method never reads an observation (D-SGD, a static
   DD-EF-SGD, Accordion, DGA with a given D): one trajectory serves every network;
 - a policy (DeCo-SGD, the static strategies' frozen first plan, DGA's automatic D): a sweep
-  runs it on each condition's event clock (:func:`decobench.trajectory.decision_digest`),
+  runs it on each condition's event clock (:func:`decobench.runs.trajectory.decision_digest`),
   and conditions whose decisions come out identical share one trajectory;
 - no factory (``network_decisions=None``, the default for a method registered from outside):
   unknown, so every condition trains its own trajectory.
 
-A re-timed run (:mod:`decobench.trajectory`) runs the policy again on its own clock, checks
+A re-timed run (:mod:`decobench.runs.trajectory`) runs the policy again on its own clock, checks
 each decision against the recorded one, and logs the policy's fields (e.g. the plan's
 bandwidth estimate) in place of the recorded run's.
 """
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from decobench.compressors import WireSize
+from decobench.compression.compressors import WireSize
 from decobench.methods.base import Observation
 from decobench.methods.controllers import Controller
 

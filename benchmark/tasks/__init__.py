@@ -1,7 +1,11 @@
 """Task registry: ``get_task(name)``.
 
 Tasks are found through the ``decobench.tasks`` entry points (:mod:`decobench.registry`);
-the four shipped tasks register there too (``pyproject.toml``).
+the four shipped tasks register there too (``pyproject.toml``). A task is a model, its data
+and its profiles (docs/tasks/); the stand-in and slice builders live beside them.
+
+May import: the foundation, ``decobench.netem``, ``clock``, ``planning``, ``compression``
+and ``methods`` (none needs more than the foundation today).
 """
 
 from __future__ import annotations

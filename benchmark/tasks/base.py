@@ -108,7 +108,7 @@ class Task(ABC):
     init: str = "scratch"
     """How :func:`build_seeded_model` initialises the model: ``scratch`` (random weights
     from the run's seed) or ``pretrained`` (published weights, :meth:`pretrained_weights`);
-    set by :meth:`select_init`, which :func:`decobench.runner.prepare` calls with
+    set by :meth:`select_init`, which :func:`decobench.runs.runner.prepare` calls with
     ``--init``. Tasks whose data pipeline follows the weights (ViT's normalisation, GPT-2's
     tokenizer) read it too."""
 

@@ -20,7 +20,6 @@ stand-ins were Fashion-MNIST pixels, padded and copied into R, G and B; issue 39
 
     decobench data standins --out DIR [--cifar10-root DIR | --download] [--limit N]
                             [--overwrite]
-    python -m decobench.tasks.standins --out DIR ...
 """
 
 from __future__ import annotations
@@ -29,17 +28,14 @@ import argparse
 import hashlib
 import shutil
 import struct
-import sys
 import time
 import zlib
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from torch import Tensor
 
-from decobench.data_cli import DEFAULT_SOURCE, add_standins_arguments
 from decobench.errors import DecobenchError
 from decobench.tasks.base import STANDIN_MARKER
 from decobench.tasks.cnn_cifar10 import (
@@ -103,7 +99,8 @@ def read_cifar10(root: Path | None) -> Cifar10Source:
             raise DecobenchError(
                 f"--cifar10-root {root}: no CIFAR-10 python version at {folder} (missing "
                 f"{', '.join(missing)}); point --cifar10-root at a folder holding "
-                f"{BASE_FOLDER}/, e.g. {DEFAULT_SOURCE}, or pass --download")
+                f"{BASE_FOLDER}/ (the offline slice beside the checkout has one) or pass "
+                "--download")
         loader, download = LocalCIFAR10, False
     try:
         train = split_tensors(loader(str(root), train=True, download=download))
@@ -243,20 +240,3 @@ def cmd_standins(args: argparse.Namespace) -> int:
           f"files, {build.bytes / 1e6:.1f} MB, in {time.perf_counter() - start:.1f} s\n"
           f"  vit-imagenet: --data-root {build.imagenet}")
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m decobench.tasks.standins",
-                                     description="Build the ImageNet stand-in from CIFAR-10 "
-                                     "(see decobench data standins --help).")
-    add_standins_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return cmd_standins(args)
-    except DecobenchError as exc:
-        print(f"standins: error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,10 +3,10 @@
 import torch
 from pydantic import Field
 
-from decobench.compressors import Compressed
+from decobench.clock.wire import topk_count
+from decobench.compression.compressors import Compressed
 from decobench.methods import DDEFSGD, MethodOptions, MethodSpec
 from decobench.methods.controllers import StaticController
-from decobench.wire import topk_count
 
 
 class RandK:

@@ -1,0 +1,269 @@
+"""The resolved configuration of one run, validated before anything starts.
+
+Values come from defaults, an optional YAML file (``--config``) and command-line flags
+(flags override the file). Method-specific options are validated against the chosen
+method's own options model, so ``--delta 1.5`` or an option the method does not have is
+reported before training.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from decobench.errors import DecobenchError
+
+
+class EmulationConfig(BaseModel):
+    """Settings of the emulated backend (``RunConfig.emulation``; the flags keep their flat
+    names: ``--latency-mechanism``, ``--emulation-timeout-s``, ``--skip-probe``,
+    ``--packet-loss``, ``--collectives-in-flight``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    latency_mechanism: Literal["auto", "netem", "nfqueue", "comm-layer", "kernel"] = Field(
+        "auto", description="who adds the trace's one-way latency: netem in "
+        "the kernel; nfqueue, a user-space delayer that holds every received packet (data "
+        "and ACKs) on kernels without netem; or the communication layer (message delivered "
+        "at transmission end + l·b(t)); auto = the first of netem, nfqueue, comm-layer this "
+        "machine can do; kernel = the network in place already has its latency (torchrun on "
+        "real or shaped links)")
+    timeout_s: float | None = Field(
+        None, gt=0, description="seconds a collective may take before a "
+        "peer counts as lost (default: 60 s plus twice a dense message's transfer time at the "
+        "trace's lowest bandwidth)")
+    skip_probe: bool = Field(False, description="do not measure the shaped "
+                             "links before training (the probe result is still required to "
+                             "be within 10% unless this is set)")
+    packet_loss: float = Field(0.0, ge=0, lt=0.5, description="fraction of the packets each "
+                               "worker receives that are dropped (iptables statistic rule, "
+                               "data and ACKs alike; added after the probe), e.g. 0.01 = 1%; "
+                               "the simulated clock has no loss model")
+    collectives_in_flight: int | None = Field(
+        None, ge=1, le=64, description="collectives a rank keeps in flight at once, one "
+        "process group each (docs/emulation.md \"Collectives in flight\"); default: 8 where "
+        "the network adds the latency (a collective then lasts a round trip, and τ + 1 in "
+        "flight overlap the latency as the time model does), 1 where the communication layer "
+        "adds it")
+    calibrate_transport: bool = Field(
+        False, description="before training, time collectives of several sizes on the links "
+        "and write the fitted transport model to RUN_DIR/transport_model.json "
+        "(decobench.emulated.calibrate; for a simulated run's --transport-model)")
+
+
+FLAT_EMULATION_FIELDS = {"latency_mechanism": "latency_mechanism",
+                         "emulation_timeout_s": "timeout_s", "skip_probe": "skip_probe",
+                         "packet_loss": "packet_loss",
+                         "collectives_in_flight": "collectives_in_flight",
+                         "calibrate_transport": "calibrate_transport"}
+"""Run-config keys (and flags) that set :class:`EmulationConfig` fields: flat key -> field."""
+
+
+class RunConfig(BaseModel):
+    """One training run (``decobench run``). Units are in the field names or descriptions."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    task: str = Field(description="task name, e.g. cnn-fmnist")
+    method: str = Field(description="method name, e.g. deco-sgd")
+    workers: int = Field(4, ge=1, le=1024, description="number of workers n")
+    trace: str | None = Field(None, description="trace CSV path or bundled trace name "
+                              "(the network as the run's own profile sees it)")
+    regime: str | None = Field(None, description="network relative to the task: PROFILE:TRACE "
+                               "(TRACE as the task's PROFILE sees it, mapped onto this run's "
+                               "profile keeping S/(a·T) and b/T) or an alias such as paper-wan")
+    transmission_ratio: float | None = Field(None, gt=0, description="constant network with "
+                                             "S/(a·T) = this (S = 32·d bits); needs "
+                                             "latency_ratio")
+    latency_ratio: float | None = Field(None, ge=0, description="constant network with "
+                                        "b/T = this; needs transmission_ratio")
+    ratio_shape: str | None = Field(None, description="with the ratios: a trace (CSV path or "
+                                    "bundled name) whose variation the network follows around "
+                                    "those means (bandwidth and latency relative to their "
+                                    "means, times as the task's paper profile sees them)")
+    trace_loop: bool = Field(False, description="loop the trace instead of holding its last row")
+    target: float | None = Field(None, description="accuracy in [0, 1] (classification) or "
+                                 "perplexity (language modelling); stop when reached")
+    stop_at_target: bool = Field(True, description="end the run at the first evaluation that "
+                                 "meets the target")
+    max_sim_time: float | None = Field(None, gt=0, description="budget in simulated seconds")
+    checkpoint_every_s: float | None = Field(
+        300.0, gt=0, description="wall-clock seconds between checkpoints of the whole "
+        "training state (RUN_DIR/checkpoint.pt; emulated: RUN_DIR/checkpoints/, one file per "
+        "rank), for --resume; null: never")
+    max_iters: int | None = Field(None, gt=0, description="budget in iterations (default: "
+                                  "the task profile's)")
+    seed: int = Field(0, ge=0)
+    data_root: str | None = Field(None, description="folder with an existing copy of the data "
+                                  "set (no download)")
+    out: str | None = Field(None, description="run directory")
+    dataset: str | None = Field(None, description="data set variant of the task (e.g. "
+                                "wikitext-103-raw-v1 for gpt2-wikitext); default: the task's first")
+    backend: str = Field(
+        "simulated", description="a registered backend (decobench.runs.backends): simulated = one "
+        "process on the simulated clock (default); emulated = n worker processes "
+        "(torch.distributed) over links shaped from the trace, times measured")
+    emulation: EmulationConfig = Field(default_factory=EmulationConfig,
+                                       description="settings of the emulated backend")
+    profile: str = Field("paper", description="task profile (model size, batch, lr, T)")
+    init: Literal["scratch", "pretrained"] = Field(
+        "scratch", description="model initialisation: scratch (random weights from --seed, "
+        "the default) or pretrained (published weights, downloaded from the Hugging Face Hub "
+        "on first use; paper profiles only: vit-imagenet loads timm "
+        "vit_base_patch16_224.augreg_in21k (ImageNet-21k) with a new head, gpt2-wikitext "
+        "loads GPT-2 small (transformers 'gpt2') and needs GPT-2's tokenizer; the cpu "
+        "profiles and the CNN tasks have none)")
+    topology: Literal["paper", "ring"] = Field("paper", description="communication topology "
+                                               "factors of the time model (default paper; "
+                                               "ring on the emulated backend, whose "
+                                               "collectives are rings)")
+    compute_time: Literal["profile", "measured"] = Field(
+        "profile", description="T per iteration: the profile's fixed value, or measured wall "
+        "time of the vectorised gradient step divided by n")
+    compute_time_s: float | None = Field(None, gt=0, le=1e6, description="fixed per-iteration "
+                                         "compute time T in seconds (at most 1e6, 11.6 days, "
+                                         "so simulated times stay finite), overriding the "
+                                         "profile's")
+    gradient_engine: Literal["auto", "grouped", "vmap", "loop"] = Field(
+        "auto", description="how the n workers' gradients are computed (decobench.training.gradients): "
+        "auto (grouped when every parameter has a rule and it matches vmap on a probe batch, "
+        "else vmap; config.yaml says which and why), grouped (one forward/backward over n·B), "
+        "vmap, or loop (one pass per worker); they differ only in float rounding")
+    device: str = Field(
+        "auto", pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$",
+        description="where the model and its gradients live: auto (default: the first CUDA "
+        "GPU when torch sees one, else the CPU), cpu, cuda or cuda:N (simulated backend; "
+        "the emulated backend gives each rank its local GPU under auto and cuda). Results "
+        "on a GPU differ from the CPU's in float rounding, and CUDA's backward kernels are "
+        "not bit-deterministic; config.yaml records the device used")
+    matmul_precision: Literal["auto", "highest", "high"] = Field(
+        "auto", description="float32 matrix products on a GPU (torch."
+        "set_float32_matmul_precision): auto (default) = high on a GPU, i.e. TensorFloat-32 "
+        "tensor cores, 1.9x (ViT-B/16) to 2.3x (GPT-2) faster per iteration on an H200 than "
+        "highest, full float32; the CPU always uses torch's default, highest")
+    eval_every: int | None = Field(None, gt=0, description="evaluate every E iterations "
+                                   "(default: the task profile's)")
+    fine_eval_every: int | None = Field(
+        None, gt=0, description="near the target, evaluate every E_f iterations instead of E: "
+        "from the first evaluation within --fine-eval-margin of a target not met yet until it "
+        "is met, so the time to target is bracketed finely (its resolution is in "
+        "summary.json); default: off (every E)")
+    fine_eval_margin: float = Field(
+        0.05, gt=0, lt=1, description="relative distance to a target at which --fine-eval-every "
+        "takes over: accuracy >= target·(1 − m), perplexity <= target·(1 + m)")
+    ttt_resolution: float | None = Field(
+        None, gt=0, lt=1, description="near a target, evaluate every max(1, ⌊r·k⌋) "
+        "iterations around iteration k (at most --fine-eval-every), so a target met early is "
+        "bracketed to a share r of its iterations (e.g. 0.02: 2%; of its time while "
+        "iterations take equally long); default: off (every E_f)")
+    milestones: list[float] = Field(
+        default_factory=list, description="more targets whose first time and iteration are "
+        "recorded in summary.json (milestones) without stopping the run, e.g. 0.7 beside "
+        "--target 0.8")
+    batch_size: int | None = Field(None, gt=0, description="per-worker batch size (default: "
+                                   "the task profile's)")
+    lr: float | None = Field(None, gt=0, description="step size γ (default: the profile's)")
+    momentum: float | None = Field(None, ge=0, lt=1)
+    weight_decay: float | None = Field(None, ge=0)
+    schedule: Literal["constant", "warmup", "warmup-cosine"] | None = Field(
+        None, description="learning-rate schedule (default: the profile's)")
+    warmup_iters: int | None = Field(None, ge=0, description="linear warm-up iterations")
+    log_every: int = Field(1, ge=1, description="write a metrics row every k iterations")
+    replay_schedule: str | None = Field(
+        None, description="metrics.jsonl of an earlier run (or its run directory), logged "
+        "every iteration, whose per-iteration (δ, τ) this run's method follows instead of "
+        "deciding them: the same decisions on another backend or network")
+    transport_model: str | None = Field(
+        None, description="simulated: how the collectives depart from the time model's ideal "
+        "link: 'ideal' (docs/design.md §4.7, the default) or a transport_model.json fitted on "
+        "emulated links (decobench run --backend emulated --calibrate-transport; or its run "
+        "directory): per-collective costs and how messages in flight share the link (fifo "
+        "as the time model, or shared on lanes); docs/emulation.md \"Transport models\"")
+    label: str | None = Field(None, min_length=1, description="display name of this method "
+                              "variant in reports (default: the method name), e.g. deco-sgd-F25")
+    condition: str | None = Field(None, min_length=1, description="name of the network "
+                                  "condition in reports (default: the trace, regime or ratios)")
+    suite: str | None = Field(None, min_length=1, description="suite this run belongs to "
+                              "(set by decobench sweep; names the W&B project)")
+    method_options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_emulation(cls, values: Any) -> Any:
+        """Flat keys (flags, older YAML files) set the nested emulation settings."""
+        if not isinstance(values, dict) or not FLAT_EMULATION_FIELDS.keys() & values.keys():
+            return values
+        values = dict(values)
+        nested = values.get("emulation")
+        nested = dict(nested.model_dump() if isinstance(nested, BaseModel) else nested or {})
+        for flat, name in FLAT_EMULATION_FIELDS.items():
+            if flat in values:
+                nested[name] = values.pop(flat)
+        values["emulation"] = nested
+        return values
+
+    @model_validator(mode="after")
+    def _check(self) -> RunConfig:
+        if self.backend == "emulated" and "topology" not in self.model_fields_set:
+            # the emulated wire is a ring (gloo/NCCL ring all-gather and all-reduce), so its
+            # time-model factors are the ring's unless the user asks otherwise
+            object.__setattr__(self, "topology", "ring")
+        if self.target is not None and self.target <= 0:
+            raise ValueError("target must be positive")
+        if (self.transmission_ratio is None) != (self.latency_ratio is None):
+            raise ValueError("give --transmission-ratio and --latency-ratio together")
+        if self.ratio_shape is not None and self.transmission_ratio is None:
+            raise ValueError("--ratio-shape shapes the network given by --transmission-ratio "
+                             "and --latency-ratio; give those too")
+        given = [name for name, value in (("--trace", self.trace), ("--regime", self.regime),
+                                          ("--transmission-ratio", self.transmission_ratio))
+                 if value is not None]
+        if len(given) != 1:
+            raise ValueError("give the network as exactly one of --trace, --regime or "
+                             "--transmission-ratio with --latency-ratio"
+                             + (f" (got {', '.join(given)})" if given else ""))
+        return self
+
+
+def format_validation_error(error: ValidationError, prefix: str = "") -> str:
+    """One line naming each bad field as its flag, e.g. ``--delta: Input should be ...``."""
+    parts = []
+    for item in error.errors():
+        loc = [str(x) for x in item["loc"] if x != "method_options"]
+        if loc[:1] == ["emulation"] and len(loc) > 1:
+            flat = {v: k for k, v in FLAT_EMULATION_FIELDS.items()}
+            loc = [flat.get(loc[1], loc[1]), *loc[2:]]
+        name = "--" + "-".join(loc).replace("_", "-") if loc else "config"
+        value = item.get("input")
+        shown = f" (got {value!r})" if not isinstance(value, dict) and value is not None else ""
+        parts.append(f"{name}: {item['msg']}{shown}")
+    return prefix + "; ".join(parts)
+
+
+def load_yaml_config(path: str | Path) -> dict[str, Any]:
+    """Read a run config YAML file into a dict (keys use underscores, like the fields)."""
+    path = Path(path)
+    if not path.exists():
+        raise DecobenchError(f"--config {path}: no such file")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise DecobenchError(f"--config {path}: not valid YAML ({exc})") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise DecobenchError(f"--config {path}: cannot be read ({reason}); give a YAML "
+                             "file") from exc
+    if not isinstance(data, dict):
+        raise DecobenchError(f"--config {path}: expected a mapping of option: value")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def build_run_config(values: dict[str, Any]) -> RunConfig:
+    """Validate ``values`` into a :class:`RunConfig`, or raise a one-line DecobenchError."""
+    try:
+        return RunConfig(**values)
+    except ValidationError as exc:
+        raise DecobenchError(format_validation_error(exc, "invalid run configuration: ")) from exc

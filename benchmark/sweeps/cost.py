@@ -1,0 +1,151 @@
+"""What a suite costs, computed from documented per-iteration times, each on the machine it
+was measured on: one GPU for the paper-size models, a 2-core CPU for the CNNs (an upper bound
+for a GPU) (``decobench sweep SUITE --dry-run`` prints it; README "GPU tier").
+
+The simulated backend computes the n workers' gradients in one process, so one iteration of
+a run takes about n × t, t being one worker's forward/backward on the device, and an
+evaluation takes e. A run stops at its target or its budget; the estimate is an **upper
+bound**: every run uses its whole iteration budget ``max_iters``, and evaluates every E
+iterations plus, near each target it tracks, at most two evaluation intervals at the fine
+cadence E_F (``2·E/E_F`` more evaluations per target; with ``--ttt-resolution`` the cadence
+may be every iteration, so ``2·E``). Method overheads (Top-k over d
+values, the planner) are not counted; they are milliseconds per iteration.
+
+The per-iteration times and their sources are in :data:`STEP_TIMES`; a (task, profile)
+without one is reported as not estimated, never guessed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from decobench.runs.config import RunConfig
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One worker's forward/backward ``step_s`` and one evaluation ``eval_s`` on ``device``."""
+
+    step_s: float
+    eval_s: float
+    device: str
+    source: str
+
+
+STEP_TIMES: dict[tuple[str, str], StepTime] = {
+    ("vit-imagenet", "paper"): StepTime(
+        0.260, 6.8, "one NVIDIA H200 (TensorFloat-32, --matmul-precision auto)",
+        "step: measured, decobench run --device cuda on one H200 (torch 2.11, 2026-11-26): "
+        "ViT-B/16 from scratch, 4 workers x 128 images at 224x224 (the ImageNet stand-in "
+        "resized: the same compute as ImageNet's images), the auto gradient engine fell back "
+        "to one worker at a time (4 x 128 in float32 overflow 141 GB): 1.041 s per iteration "
+        "after the fifth, i.e. 0.260 s per worker step (2.02 s per iteration in full float32; "
+        "timm's published 0.327 s for a step of 128 on an RTX 3090 with AMP is the profile's "
+        "T); evaluation: 10,000 validation images at a third of a training step's time per "
+        "image (forward only): 10,000 x 0.260 / 128 / 3 = 6.8 s. Not counted: decoding real "
+        "ImageNet JPEGs, which this process does itself (512 per iteration)"),
+    ("gpt2-wikitext", "paper"): StepTime(
+        0.146, 1.1, "one NVIDIA H200 (TensorFloat-32, --matmul-precision auto)",
+        "step: measured, decobench run --device cuda on one H200 (torch 2.11, 2026-11-26): "
+        "GPT-2 small (124M) from scratch, 4 workers x 12 x 1024 tokens of WikiText-2, one "
+        "worker at a time (the auto engine's fall-back): 0.583 s per iteration after the "
+        "fifth, i.e. 0.146 s per worker step (1.36 s per iteration in full float32; the "
+        "profile's T, 0.079 s, is an A100 at 40% model-FLOPs utilisation with 6N FLOPs per "
+        "token); evaluation: WikiText-103's test split, about 280 blocks of 1024 tokens, at a "
+        "third of a training step's time per block: 280 x 0.146 / 12 / 3 = 1.1 s"),
+    ("cnn-fmnist", "paper"): StepTime(
+        0.016, 0.5, "a 2-core CPU (an upper bound for a GPU)",
+        "the cnn-fmnist cpu profile's measured T (the same CNN and batch); evaluation: the "
+        "measured 0.5-1.2 s for 10,000 test images' forward on 2 cores"),
+    ("cnn-cifar10", "paper"): StepTime(
+        0.018, 0.6, "a 2-core CPU (an upper bound for a GPU)",
+        "the cnn-cifar10 cpu profile's measured T (the same CNN and batch); evaluation "
+        "assumed like cnn-fmnist's"),
+}
+"""Documented per-iteration times, by (task, profile)."""
+
+
+@dataclass(frozen=True)
+class RunCost:
+    config: RunConfig
+    iterations: int
+    evaluations: int
+    seconds: float | None
+
+
+@dataclass(frozen=True)
+class SuiteCost:
+    runs: tuple[RunCost, ...]
+
+    @property
+    def seconds(self) -> float:
+        """Upper bound over the runs that have a documented step time."""
+        return sum(r.seconds for r in self.runs if r.seconds is not None)
+
+    @property
+    def missing(self) -> list[str]:
+        """(task, profile) pairs without a documented step time."""
+        return sorted({f"{r.config.task}/{r.config.profile}" for r in self.runs
+                       if r.seconds is None})
+
+    def by_task(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for r in self.runs:
+            if r.seconds is not None:
+                out[r.config.task] = out.get(r.config.task, 0.0) + r.seconds
+        return dict(sorted(out.items()))
+
+
+def run_cost(config: RunConfig, max_iters: int, eval_every: int) -> RunCost:
+    """The upper bound of one run (module docstring)."""
+    targets = (1 if config.target is not None else 0) + len(config.milestones)
+    if config.ttt_resolution is not None:
+        fine = 2 * eval_every * targets           # a cadence as fine as every iteration
+    elif config.fine_eval_every:
+        fine = 2 * math.ceil(eval_every / config.fine_eval_every) * targets
+    else:
+        fine = 0
+    evaluations = math.ceil(max_iters / eval_every) + fine
+    step = STEP_TIMES.get((config.task, config.profile))
+    seconds = (None if step is None
+               else max_iters * config.workers * step.step_s + evaluations * step.eval_s)
+    return RunCost(config, max_iters, evaluations, seconds)
+
+
+def suite_cost(configs: Sequence[RunConfig]) -> SuiteCost:
+    """Upper bounds of the runs of a suite; budgets and cadences default to the profiles'."""
+    from decobench.tasks import get_task
+
+    out = []
+    for config in configs:
+        profile = get_task(config.task).profile(config.profile)
+        out.append(run_cost(config, config.max_iters or profile.max_iters,
+                            config.eval_every or profile.eval_every))
+    return SuiteCost(tuple(out))
+
+
+def describe(cost: SuiteCost) -> str:
+    """Lines for ``--dry-run``: the bound, on the machine each time was measured on (a
+    GPU's, or a CPU's where that is all the task has), per task, and what it assumes."""
+    if not cost.runs:
+        return "cost: no runs"
+    counted = [r for r in cost.runs if r.seconds is not None]
+    devices: dict[str, float] = {}
+    for r in counted:
+        device = STEP_TIMES[(r.config.task, r.config.profile)].device
+        devices[device] = devices.get(device, 0.0) + (r.seconds or 0.0)
+    where = "; ".join(f"{seconds / 3600:.1f} h at the times of {device}"
+                      for device, seconds in devices.items())
+    lines = [f"cost, upper bound (every run uses its whole budget): {cost.seconds / 3600:.1f} h "
+             f"for {len(counted)} of {len(cost.runs)} runs" + (f" ({where})" if where else "")]
+    for task, seconds in cost.by_task().items():
+        lines.append(f"  {task}: {seconds / 3600:.1f} h")
+    for (task, profile), step in STEP_TIMES.items():
+        if any(r.config.task == task and r.config.profile == profile for r in counted):
+            lines.append(f"  {task}/{profile}: {step.step_s:g} s per worker-iteration, "
+                         f"{step.eval_s:g} s per evaluation on {step.device} ({step.source})")
+    if cost.missing:
+        lines.append("  not estimated (no documented step time): " + ", ".join(cost.missing))
+    return "\n".join(lines)
