@@ -52,12 +52,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from decobench.atomicio import write_text_atomic
 from decobench.errors import DecobenchError
-from decobench.reports.runs import MANIFEST, read_json, summary_dirs
-from decobench.runs.rundir import CONFIG, SUMMARY
+from decobench.reports.runs import summary_dirs
+from decobench.runs.rundir import MANIFEST, SUMMARY, read_config, read_json, read_summary
 
 SNAPSHOT_FORMAT = "decobench-snapshot/1"
 """The ``format`` field of a snapshot file."""
@@ -161,7 +159,8 @@ def cell_name(cell: dict[str, Any]) -> str:
 def _wandb_of(run_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None:
     """The W&B run a run directory was logged to: ``wandb.json`` (written by the tracker),
     else the id in the name of its ``wandb/offline-run-*`` or ``wandb/run-*`` folder."""
-    from decobench.runs.tracking import WANDB_RECORD, project_name
+    from decobench.runs.rundir import WANDB_RECORD
+    from decobench.runs.tracking import project_name
 
     record = run_dir / WANDB_RECORD
     if record.is_file():
@@ -177,15 +176,8 @@ def _wandb_of(run_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _cell_of(run_dir: Path, entry: dict[str, Any]) -> Cell:
-    summary = read_json(run_dir / SUMMARY)
-    if not isinstance(summary, dict):
-        raise DecobenchError(f"{run_dir / SUMMARY}: not a JSON object")
-    config: dict[str, Any] = {}
-    if (run_dir / CONFIG).is_file():
-        try:
-            config = yaml.safe_load((run_dir / CONFIG).read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise DecobenchError(f"{run_dir / CONFIG}: cannot read ({exc})") from None
+    summary = read_summary(run_dir)
+    config = read_config(run_dir)
     status = summary.get("status")
     if status == "finished" and summary.get("reached"):
         status = "reached"

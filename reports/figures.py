@@ -28,10 +28,11 @@ from matplotlib.ticker import MaxNLocator
 
 from decobench.netem.trace import TraceError, load_trace
 from decobench.reports.regime_map import BASELINES, PAPER_FIGURES, RegimeMap
-from decobench.reports.runs import TRACE_CSV, Run, as_float
+from decobench.reports.runs import Run, as_float
 from decobench.reports.stats import step_band
 from decobench.reports.tables import D_SGD, Table, group
 from decobench.reports.theory import TheoryGroup
+from decobench.runs.rundir import TRACE_CSV
 
 RC = {"svg.hashsalt": "decobench-report", "svg.fonttype": "path", "font.size": 8.0,
       "axes.titlesize": 9.0, "axes.grid": True, "grid.alpha": 0.3, "figure.dpi": 100,

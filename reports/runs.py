@@ -13,22 +13,25 @@ those fields existed.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from decobench.errors import DecobenchError
 from decobench.reports.speedup import ttt_obs
 from decobench.reports.stats import Obs
-from decobench.runs.rundir import CONFIG, METRICS, SUMMARY
+from decobench.runs.rundir import (
+    MANIFEST,
+    METRICS,
+    SUMMARY,
+    read_config,
+    read_json,
+    read_metrics,
+    read_summary,
+)
 
-MANIFEST = "manifest.json"
-TRACE_CSV = "trace.csv"
 MAX_NAMED = 10
 
 
@@ -173,27 +176,6 @@ class Run:
         return sorted(points)
 
 
-def read_json(path: Path) -> Any:
-    """A JSON file's content; an unreadable file is a one-line DecobenchError naming it."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DecobenchError(f"{path}: cannot read ({exc})") from None
-
-
-def _read_metrics(path: Path) -> tuple[dict[str, Any], ...]:
-    if not path.is_file():
-        return ()
-    rows = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except ValueError as exc:
-                raise DecobenchError(f"{path}:{lineno}: not JSON ({exc})") from None
-    return tuple(rows)
-
-
 REQUIRED_SUMMARY = ("task", "method", "workers", "seed", "target", "metric_name", "reached",
                     "time_to_target_s", "iters_to_target", "final_metric", "iterations",
                     "sim_time_s", "bits_sent", "status")
@@ -203,27 +185,19 @@ them is not a run the report can show."""
 
 def load_run(path: Path, root: Path) -> Run:
     """The run in ``path`` (which holds a ``summary.json``); ``rel`` is relative to root."""
-    summary = read_json(path / SUMMARY)
-    if not isinstance(summary, dict):
-        raise DecobenchError(f"{path / SUMMARY}: not a JSON object")
+    summary = read_summary(path)
     missing = [key for key in REQUIRED_SUMMARY if key not in summary]
     if missing:
         raise DecobenchError(f"{path / SUMMARY} is not a run's summary: it lacks "
                              f"{', '.join(missing)}; rerun the run (or move the folder out "
                              "of the results folder)")
-    config: dict[str, Any] = {}
-    if (path / CONFIG).is_file():
-        try:
-            loaded = yaml.safe_load((path / CONFIG).read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
-            raise DecobenchError(f"{path / CONFIG}: cannot read ({exc})") from None
-        config = loaded if isinstance(loaded, dict) else {}
+    config = read_config(path)
     try:
         rel = path.resolve().relative_to(root.resolve()).as_posix() or "."
     except ValueError:
         rel = path.as_posix()
     return Run(path=path, rel=rel, summary=summary, config=config,
-               metrics=_read_metrics(path / METRICS))
+               metrics=tuple(read_metrics(path)) if (path / METRICS).is_file() else ())
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ from e2e_shared import cells_in_this_process
 
 from decobench.cli.main import main
 from decobench.runs.checkpoint import Checkpointer
-from decobench.runs.trajectory import TRAJECTORY, Trajectory
+from decobench.runs.rundir import TRAJECTORY
+from decobench.runs.trajectory import Trajectory
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = ["--task", "cnn-fmnist", "--trace", "wan-200ms-lowbw-varying", "--workers", "2",

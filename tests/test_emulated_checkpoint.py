@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from decobench.errors import DecobenchError
-from decobench.runs.checkpoint import RANK_CHECKPOINTS, RankCheckpointer, common_iteration
-from decobench.runs.rundir import read_metrics, read_summary
+from decobench.runs.checkpoint import RankCheckpointer, common_iteration
+from decobench.runs.rundir import RANK_CHECKPOINTS, read_metrics, read_summary
 
 ARGS = ["--task", "cnn-fmnist", "--profile", "cpu", "--workers", "2", "--trace",
         "constant-1gbps-10ms", "--topology", "ring", "--max-iters", "40", "--eval-every", "20",

@@ -282,8 +282,9 @@ def test_a_refine_pass_from_the_kept_state_equals_a_replay_from_the_start(
 
     from decobench.runs.checkpoint import RefineStarts
     from decobench.runs.config import RunConfig
+    from decobench.runs.rundir import TRAJECTORY
     from decobench.runs.runner import execute, prepare
-    from decobench.runs.trajectory import TRAJECTORY, Reuse, reuse_key
+    from decobench.runs.trajectory import Reuse, reuse_key
 
     started = []
     state_at = RefineStarts.state_at

@@ -1,10 +1,14 @@
 """Open registries: a method from an outside package, installed into the venv, runs through
-``decobench run`` and ``decobench sweep`` (docs/extending.md; its example package is
-docs/examples/randk-plugin). Broken or clashing plugins fail with one line naming them."""
+``decobench run`` (both backends: its compressor gives its messages their wire form) and
+``decobench sweep`` (docs/extending.md; its example package is docs/examples/randk-plugin).
+Broken or clashing plugins fail with one line naming them."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import importlib.util
+import math
 import shutil
 import subprocess
 import sys
@@ -12,9 +16,13 @@ from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from e2e_shared import cells_in_this_process
+from hostfeatures import emulation_unavailable, left_behind, namespaces
+from test_emulated_launcher import LANES
 
+from decobench.compression.codec import HEADER_FIELDS
 from decobench.errors import DecobenchError
 from decobench.methods import METHODS, get_method_spec, method_specs
 from decobench.registry import Registry
@@ -24,6 +32,9 @@ from decobench.tasks import TASKS
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "docs" / "examples" / "randk-plugin"
 DECOBENCH = Path(sys.executable).parent / "decobench"
+
+
+_EMULATION = emulation_unavailable()
 
 
 def _pip(*args: str) -> subprocess.CompletedProcess:
@@ -100,6 +111,75 @@ def test_plugin_method_runs_through_run_and_sweep(randk_installed, tmp_path, fmn
                      "--data-root", f"cnn-fmnist={fmnist_root}", *common]) == 0
     methods = sorted(read_summary(run)["method"] for run in (results / "runs").iterdir())
     assert methods == ["d-sgd", "randk-sgd"]
+
+
+def _example_module(monkeypatch):
+    """randk_plugin.py imported from docs/examples (not installed), for this test only."""
+    spec = importlib.util.spec_from_file_location("randk_plugin", EXAMPLE / "randk_plugin.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "randk_plugin", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_example_wire_form_round_trips(monkeypatch):
+    """Each worker's Rand-k message travels as its k fp32 values alone, exactly ⌈32k/8⌉
+    bytes, and decodes (indices drawn again from the iteration) to its share of
+    Compressed.mean(); the emulated backend's frames of every rank give the mean itself."""
+    from decobench.emulated.comm import encode_message, received
+
+    plugin = _example_module(monkeypatch)
+    n, d, iteration, k = 3, 1000, 7, 50
+    p = torch.randn(n, d)
+    compressed = plugin.RandK().compress(p, k / d, iteration)
+    assert compressed.bits_per_worker == 32 * k
+    mean = compressed.mean()
+    header = dict.fromkeys(HEADER_FIELDS, math.nan) | {"iteration": float(iteration)}
+    for row in range(n):
+        payload, fields = compressed.wire.encode(row)
+        assert payload.dtype == torch.uint8 and payload.numel() == -(-32 * k // 8)
+        padded = torch.cat([payload, torch.zeros(3, dtype=torch.uint8)])  # a frame's padding
+        values, indices = compressed.wire.decoder.decode(padded, header | fields, d)
+        share = slice(row * k, (row + 1) * k)
+        assert torch.equal(values / n, mean.values[share])
+        assert torch.equal(indices, mean.indices[share])
+    # one rank per row, as the emulated backend sends them
+    outgoing = [encode_message(plugin.RandK().compress(p[r:r + 1], k / d, iteration),
+                               {"iteration": float(iteration)}, r, n) for r in range(n)]
+    _, _, update = received(outgoing[0], [m.buffer for m in outgoing], d, n,
+                            torch.device("cpu"))
+    assert torch.equal(update.values, mean.values) and torch.equal(update.indices, mean.indices)
+    # a wire form that sends other than the ⌈W/8⌉ bytes charged stops with one line
+    wrong = dataclasses.replace(compressed, bits_per_worker=32 * k + 8)
+    with pytest.raises(DecobenchError, match=f"messages are {32 * k + 8} bits but its own wire "
+                       f"format would send {32 * k}: .* exactly ⌈W/8⌉ = {4 * k + 1} bytes"):
+        encode_message(wrong, {"iteration": float(iteration)}, 0, n)
+
+
+@pytest.mark.skipif(_EMULATION is not None, reason=f"the emulated backend: {_EMULATION}")
+def test_plugin_method_runs_emulated(randk_installed, tmp_path, fmnist_root):
+    """The installed plugin on two netns ranks: every message is 32k bits on the wire, and
+    the losses are the simulated run's (the decoded updates are the ones sent)."""
+    from decobench.cli.main import main
+
+    args = ["run", "--task", "cnn-fmnist", "--profile", "cpu", "--method", "randk-sgd",
+            "--delta", "0.05", "--tau", "1", "--workers", "2", "--trace",
+            "constant-20mbps-100ms", "--max-iters", "4", "--eval-every", "4", "--data-root",
+            str(fmnist_root), "--no-wandb", "--no-progress"]
+    before = namespaces()
+    emulated = tmp_path / "emulated"
+    assert main([*args, "--backend", "emulated", *LANES, "--out", str(emulated)]) == 0
+    assert not left_behind(before), "namespaces left behind"
+    summary = read_summary(emulated)
+    assert (summary["backend"], summary["method"], summary["status"]) == (
+        "emulated", "randk-sgd", "finished")
+    rows = read_metrics(emulated)
+    k = -(-5 * summary["parameters"] // 100)      # ⌈0.05 d⌉
+    assert len(rows) == 4 and {r["bits"] for r in rows} == {32 * k}
+    assert main([*args, "--out", str(tmp_path / "simulated")]) == 0
+    simulated = read_metrics(tmp_path / "simulated")
+    assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in simulated], rel=1e-5)
 
 
 def test_extending_doc_shows_the_example_package():

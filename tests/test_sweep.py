@@ -15,12 +15,10 @@ import yaml
 from decobench.cli.main import main
 from decobench.errors import DecobenchError
 from decobench.reports.build import write_report
-from decobench.runs.checkpoint import CHECKPOINT
-from decobench.runs.rundir import read_summary
+from decobench.runs.rundir import CHECKPOINT, MANIFEST, read_summary
+from decobench.sweeps.cell import STAGING_PREFIX
 from decobench.sweeps.suite import load_suite, parse_suite
 from decobench.sweeps.sweep import (
-    MANIFEST,
-    STAGING_PREFIX,
     plan_sweep,
     remove_abandoned_staging,
     sweep,

@@ -12,8 +12,9 @@ from e2e_shared import cells_in_this_process
 from decobench.errors import DecobenchError
 from decobench.methods import METHODS, MethodSpec, get_method_spec, register_method
 from decobench.runs.config import RunConfig
+from decobench.runs.rundir import TRAJECTORY
 from decobench.runs.runner import execute, prepare
-from decobench.runs.trajectory import TRAJECTORY, Reuse, reuse_key
+from decobench.runs.trajectory import Reuse, reuse_key
 
 WALL_CLOCK = ("wall_time_s",)
 

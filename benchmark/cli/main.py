@@ -558,8 +558,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from decobench.reports.build import write_report
+    from decobench.runs.rundir import MANIFEST
     from decobench.runs.tracking import log_report, project_name, resolve_mode
-    from decobench.sweeps.sweep import MANIFEST
 
     resolve_mode(not args.no_wandb)                 # a bad WANDB_MODE fails before any work
     check_output_dir(args.out or args.results_dir, "--out" if args.out else "RESULTS_DIR")

@@ -95,18 +95,26 @@ class WireDecoder(Protocol):
     same decoder on every rank: it holds only what all workers share, e.g. a seed)."""
 
     def decode(self, payload: Tensor, header: dict[str, float], d: int) -> tuple[Tensor, Tensor]:
-        """``(values [k] fp32, indices [k] int64)`` of the message in ``payload``."""
+        """``(values [k] fp32, indices [k] int64)`` of the message in ``payload``: the
+        sender's ⌈W/8⌉ bytes (uint8, on the CPU), possibly followed by up to 3 bytes of frame
+        padding. ``header`` holds every header field
+        (:data:`decobench.compression.codec.HEADER_FIELDS`): the sender's ``iteration`` and
+        what its :meth:`WireMessage.encode` returned (``k``, ``aux``; NaN if not given)."""
         ...
 
 
 class WireMessage(Protocol):
-    """The rows of one :class:`Compressed` batch in their own wire format."""
+    """The rows of one :class:`Compressed` batch in their own wire format. The emulated
+    backend sends row 0 of each rank's one-row batch and decodes every rank's bytes with
+    ``decoder``; a message without a wire form must be Top-k's or dense."""
 
     decoder: WireDecoder
 
     def encode(self, row: int) -> tuple[Tensor, dict[str, float]]:
-        """Row ``row``'s payload (uint8, exactly ⌈W/8⌉ bytes) and the header fields its
-        decoder needs (``k`` and ``aux``)."""
+        """Row ``row``'s payload: a 1-D uint8 tensor on the CPU of exactly ⌈W/8⌉ bytes
+        (W = ``bits_per_worker``; any other length stops the run with one line), and the
+        header fields its decoder needs: ``k`` (the number of values, required) and
+        optionally ``aux`` (one more number of the format's own)."""
         ...
 
 

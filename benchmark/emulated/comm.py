@@ -181,8 +181,8 @@ def _require_wire_size(sent_bytes: int, bits: int, encoder: str) -> None:
     if sent_bytes != -(-bits // 8):
         raise DecobenchError(
             f"this method's messages are {bits} bits but {encoder} would send "
-            f"{8 * sent_bytes}: give its messages a wire format (Compressed.wire) or declare "
-            "MethodSpec(emulation='reason')")
+            f"{8 * sent_bytes}: give its messages a wire format (Compressed.wire) that encodes "
+            f"exactly ⌈W/8⌉ = {-(-bits // 8)} bytes, or declare MethodSpec(emulation='reason')")
 
 
 def as_words(frame: Tensor) -> Tensor:

@@ -37,10 +37,23 @@ from typing import Any
 import yaml
 
 from decobench.atomicio import write_text_atomic
-from decobench.emulated.worker import FAILURE, default_timeout_s
+from decobench.emulated.worker import default_timeout_s
 from decobench.errors import DecobenchError
 from decobench.runs.backends import Backend
-from decobench.runs.rundir import SUMMARY, RunDirectory, read_summary
+from decobench.runs.lifecycle import record_failure
+from decobench.runs.rundir import (
+    DELAY_REPORT,
+    LAUNCH_DIR,
+    PROBE,
+    QDISC_REPORT,
+    START_FILE,
+    SUMMARY,
+    TC_COMMANDS,
+    TRACE_PLAYER_LOG,
+    WORKER_LOGS,
+    RunDirectory,
+    read_summary,
+)
 from decobench.runs.runner import PreparedRun
 from decobench.tasks.base import parameter_count
 
@@ -50,13 +63,7 @@ GRACE_S = 45.0
 MASTER_PORT = 29500
 """Rank 0's rendezvous port inside its namespace (each run has its own namespaces)."""
 
-START_FILE = ".clock_start"
-LAUNCH_CONFIG = "launch/run.yaml"
-DELAY_REPORT = "nfqueue_delay.json"
-"""Under the ``nfqueue`` latency mechanism: each link's delayer statistics (packets, CPU
-seconds and share of a core, release lag behind the due time), written at the end."""
-QDISC_REPORT = "qdisc_stats.json"
-"""The worker links' qdisc counters at the end of the run (drops: retransmissions)."""
+LAUNCH_CONFIG = f"{LAUNCH_DIR}/run.yaml"
 
 
 class RunFailed(DecobenchError):
@@ -143,7 +150,7 @@ def launch(run: PreparedRun, overwrite: bool = False, show_progress: bool = True
             try:
                 if not config.emulation.skip_probe:
                     report = probe_links(net, setting)
-                    write_probe(report, net, out / "network_probe.json")
+                    write_probe(report, net, out / PROBE)
                     report.check()
                 if config.emulation.packet_loss:
                     net.set_loss(config.emulation.packet_loss)   # after the probe: the
@@ -158,7 +165,7 @@ def launch(run: PreparedRun, overwrite: bool = False, show_progress: bool = True
                     _stop(r.process)
                 if player is not None:
                     _stop_player(player, out)
-                write_text_atomic(out / "tc_commands.txt", "".join(
+                write_text_atomic(out / TC_COMMANDS, "".join(
                     f"{line}\n" for line in net.commands))
     except KeyboardInterrupt:
         _record_failure(out, "interrupted (Ctrl-C or SIGTERM); the ranks were stopped and the "
@@ -183,7 +190,8 @@ def launch(run: PreparedRun, overwrite: bool = False, show_progress: bool = True
 
 def check_resumable(out: Path) -> None:
     """One line unless ``out`` holds an unfinished emulated run with per-rank checkpoints."""
-    from decobench.runs.checkpoint import RANK_CHECKPOINTS, has_rank_checkpoints
+    from decobench.runs.checkpoint import has_rank_checkpoints
+    from decobench.runs.rundir import RANK_CHECKPOINTS
 
     if (out / SUMMARY).is_file():
         raise DecobenchError(f"--resume: {out} holds a finished run; nothing to resume (pass "
@@ -212,7 +220,7 @@ def _start_ranks(run: PreparedRun, net: Any, mechanism: str, timeout_s: float, o
                "launcher_latency_mechanism": mechanism,
                "packet_loss": config.emulation.packet_loss,
                "tcp": net.tcp.to_dict() if getattr(net, "tcp", None) else None}
-    logs = out / "workers"
+    logs = out / WORKER_LOGS
     logs.mkdir(exist_ok=True)
     threads = max(1, (os.cpu_count() or 1) // config.workers)
     ranks = []
@@ -303,20 +311,10 @@ def _supervise(ranks: list[_Rank], out: Path, timeout_s: float,
 
 def _record_failure(out: Path, message: str, lost: tuple[int, ...],
                     exits: dict[int, int | None] | None = None) -> str:
-    """Merge the launcher's view into ``failure.json`` (rank 0 may have written its own)."""
-    failure_path = out / FAILURE
-    rank0: dict[str, Any] = {}
-    if failure_path.is_file():
-        try:
-            rank0 = json.loads(failure_path.read_text())
-        except (OSError, ValueError):
-            rank0 = {}
-    record = {"status": "failed", "backend": "emulated", "error": message,
-              "lost_ranks": list(lost) or rank0.get("lost_ranks", []),
-              "exit_statuses": {str(k): v for k, v in (exits or {}).items()},
-              "rank0_error": rank0.get("error")}
-    out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(failure_path, json.dumps(record, indent=2) + "\n")
+    """The launcher's view into ``failure.json``, merged with rank 0's record if it wrote one
+    (:func:`decobench.runs.lifecycle.record_failure`); returns the message."""
+    record_failure(out, message, backend="emulated", reported_by="launcher", lost_ranks=lost,
+                   exit_statuses=exits)
     return message
 
 
@@ -336,7 +334,7 @@ def _stop_player(player: Any, out: Path) -> None:
     try:
         player.stop()
     finally:
-        write_text_atomic(out / "trace_player.jsonl", "".join(
+        write_text_atomic(out / TRACE_PLAYER_LOG, "".join(
             json.dumps(dataclasses.asdict(change)) + "\n" for change in player.records))
 
 

@@ -35,10 +35,11 @@ from decobench.emulated.transport import DistributedTransport
 from decobench.errors import DecobenchError
 from decobench.netem.probe import ProbeReport
 from decobench.netem.tcp import HostChange
-from decobench.netem.trace import Trace, write_trace
-from decobench.runs.checkpoint import RANK_CHECKPOINTS, RankCheckpointer, common_iteration
+from decobench.netem.trace import Trace
+from decobench.runs.checkpoint import RankCheckpointer, common_iteration
 from decobench.runs.identity import identity
-from decobench.runs.rundir import RunDirectory
+from decobench.runs.lifecycle import RunRecord
+from decobench.runs.rundir import PROBE, RANK_CHECKPOINTS
 from decobench.runs.runner import (
     PreparedRun,
     evaluation_plan,
@@ -46,15 +47,10 @@ from decobench.runs.runner import (
     resolved_config,
     summary_fields,
 )
-from decobench.runs.tracking import NullTracker, RunTracker, TrackerFactory
+from decobench.runs.tracking import TrackerFactory
 from decobench.training.devices import resolve_device
 from decobench.training.loop import train
 from decobench.training.sharding import check_batch_size
-
-PROBE_FILE = "network_probe.json"
-"""The pre-training link probe's report, in the run directory (``--probe``)."""
-FAILURE = "failure.json"
-"""Written (atomically) into the run directory when an emulated run fails."""
 
 
 @dataclass(frozen=True)
@@ -189,22 +185,17 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
                       else None),
         shaper_burst=_shaper_burst(settings))
     leader = transport.leader
-    rundir: RunDirectory | None = None
-    tracker: RunTracker = NullTracker()
+    record = RunRecord(run.out, "emulated", tracker_factory)
 
     def begin(d: int, gradients: dict[str, Any]) -> None:
-        nonlocal rundir, tracker
         if not leader:
             return
         trace = trace_for(d)
         if state is not None:
-            (run.out / FAILURE).unlink(missing_ok=True)   # the interrupted attempt's
-            rundir = RunDirectory.resume(run.out, state["iteration"])
             print(f"resuming {run.out} after iteration {state['iteration']} (the newest "
                   "checkpoint every rank holds)", file=sys.stderr)
-        else:
-            rundir = (RunDirectory.attach(run.out) if settings.attach
-                      else RunDirectory(run.out, overwrite=settings.overwrite))
+        record.open(resume_after=None if state is None else state["iteration"],
+                    overwrite=settings.overwrite, attach=settings.attach)
         resolved = resolved_config(run, d, data, trace, gradients)
         resolved["emulation"] = {
             "latency_mechanism": settings.latency_mechanism, "process_group": backend,
@@ -215,28 +206,16 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
                                 "(decobench.netem.tc.burst_payload_bits)"
                                 if transport.shaper_burst is not None else "none"),
             **settings.network}
-        rundir.write_config(resolved)
-        if probe is not None:
-            write_text_atomic(rundir.path / PROBE_FILE, _probe_json(probe, settings))
-        if run.condition.kind != "trace":
-            write_trace(trace, rundir.path / "trace.csv", comment=f"network of this run: "
-                        f"{run.condition.label}")
-        if tracker_factory:
-            tracker = tracker_factory(resolved, rundir.path)
-        if state is None:
-            rundir.open_metrics()
-
-    def log(row: dict[str, Any]) -> None:
-        assert rundir is not None
-        rundir.log(row)
-        tracker.log(row)
+        record.begin(resolved, None if run.condition.kind == "trace" else trace,
+                     run.condition.label,
+                     files={PROBE: _probe_json(probe, settings)} if probe is not None else None)
 
     evaluations, book = evaluation_plan(run)
     wall_start = time.perf_counter()
     try:
-        trained = train(run, data, transport, evaluations, book, log, wall_start=wall_start,
-                        show_progress=show_progress, begin=begin, checkpoint=checkpoints,
-                        resume=state)
+        trained = train(run, data, transport, evaluations, book, record.log,
+                        wall_start=wall_start, show_progress=show_progress, begin=begin,
+                        checkpoint=checkpoints, resume=state)
         checkpoints.remove()
         dist.barrier()
         if leader:
@@ -248,23 +227,17 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
                 transport.close(drain=False)
             except BaseException:  # noqa: BLE001 - the first error is the one to report
                 pass
-        if rundir is not None:
-            rundir.abandon_metrics()
-            tracker.fail(exc)
         if leader:
-            write_failure(run.out, exc)
+            record.fail(exc)
         raise
     if not leader:
         return None
-    assert rundir is not None
-    rundir.close_metrics()
     summary = summary_fields(run, trained.outcome, trained.d, time.perf_counter() - wall_start,
                              transport.trace, **transport.totals(), time_basis="measured",
                              book=trained.book)
     summary.update(latency_mechanism=settings.latency_mechanism, process_group=backend,
                    evaluation_pause_s=transport.clock.paused_s)
-    tracker.finish(summary)
-    rundir.write_summary(summary)
+    record.finish(summary)
     return summary
 
 
@@ -329,7 +302,7 @@ def probe_links_before_training(run: PreparedRun, env: RankEnvironment,
     if not report.ok:
         if env.rank == 0:
             run.out.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(run.out / PROBE_FILE, _probe_json(report, settings))
+            write_text_atomic(run.out / PROBE, _probe_json(report, settings))
         report.check()
     return report
 
@@ -358,16 +331,3 @@ def agree_on_checkpoint(checkpoints: RankCheckpointer, env: RankEnvironment, out
     assert state is not None
     checkpoints.discard_after(iteration)
     return state
-
-
-def write_failure(out: Path, exc: BaseException, lost_ranks: tuple[int, ...] | None = None,
-                  origin: str = "rank 0") -> None:
-    """``failure.json``: status ``failed``, the error and the lost ranks (never a summary)."""
-    import json
-
-    lost = lost_ranks if lost_ranks is not None else getattr(exc, "lost_ranks", ())
-    out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / FAILURE, json.dumps({
-        "status": "failed", "backend": "emulated", "error": str(exc) or type(exc).__name__,
-        "error_type": type(exc).__name__, "lost_ranks": list(lost), "reported_by": origin,
-    }, indent=2) + "\n")

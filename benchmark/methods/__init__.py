@@ -3,8 +3,8 @@
 A :class:`MethodSpec` names a method, its typed options and a factory. DD-EF-SGD and
 DeCo-SGD live here; every method, these two and the baselines (``baselines/``) included, is
 found through the ``decobench.methods`` entry points (:mod:`decobench.registry`). The
-floor also holds the pieces every method shares: the delay queue (``message_queue``), the
-shared optimizer step (``optimizer``) and recorded schedules (``replay``).
+floor also holds the pieces every method shares: the delay queue (``message_queue``) and the
+shared optimizer step (``optimizer``).
 
 May import: the foundation, ``decobench.netem``, ``clock``, ``planning`` and
 ``compression``.

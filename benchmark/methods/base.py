@@ -238,8 +238,9 @@ class MethodSpec:
     """A registered method: its name, one-line summary, typed options and factory.
 
     ``emulation`` is None when the method runs on the emulated backend (its messages are
-    Top-k or dense, which the wire codec encodes), else the reason it cannot, shown in the
-    error when one asks for it.
+    Top-k or dense, which :mod:`decobench.compression.codec` encodes, or carry their own wire
+    form, ``Compressed.wire``), else the reason it cannot, shown in the error when one asks
+    for it.
 
     ``network_decisions(context, options)``: the method's decisions from the network as a
     :class:`~decobench.methods.decisions.DecisionPolicy`, so a sweep trains one trajectory

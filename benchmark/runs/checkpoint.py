@@ -35,10 +35,8 @@ import torch
 
 from decobench.atomicio import atomic_writer
 from decobench.errors import DecobenchError
-from decobench.runs.rundir import SUMMARY
+from decobench.runs.rundir import CHECKPOINT, RANK_CHECKPOINTS, SUMMARY
 from decobench.training.evaluation import Resolution
-
-CHECKPOINT = "checkpoint.pt"
 
 MOVED_MODULES = {
     "decobench.allocator": "decobench.training.allocator",
@@ -65,7 +63,7 @@ MOVED_MODULES = {
     "decobench.planner": "decobench.planning.planner",
     "decobench.progress": "decobench.training.progress",
     "decobench.regime": "decobench.clock.regime",
-    "decobench.replay": "decobench.methods.replay",
+    "decobench.replay": "decobench.runs.replay",
     "decobench.rundir": "decobench.runs.rundir",
     "decobench.runner": "decobench.runs.runner",
     "decobench.sharding": "decobench.training.sharding",
@@ -143,8 +141,6 @@ def load_checkpoint(path: Path, expected: str) -> dict[str, Any]:
     return _load(path, expected, "the checkpoint")
 
 
-RANK_CHECKPOINTS = "checkpoints"
-"""The folder of an emulated run's per-rank checkpoints, inside its run directory."""
 _RANK_FILE = re.compile(r"rank(\d+)-(\d+)\.pt")
 
 

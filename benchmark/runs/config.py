@@ -20,37 +20,39 @@ from decobench.errors import DecobenchError
 class EmulationConfig(BaseModel):
     """Settings of the emulated backend (``RunConfig.emulation``; the flags keep their flat
     names: ``--latency-mechanism``, ``--emulation-timeout-s``, ``--skip-probe``,
-    ``--packet-loss``, ``--collectives-in-flight``)."""
+    ``--packet-loss``, ``--collectives-in-flight``, ``--calibrate-transport``). Each field's
+    description is its flag's help."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     latency_mechanism: Literal["auto", "netem", "nfqueue", "comm-layer", "kernel"] = Field(
-        "auto", description="who adds the trace's one-way latency: netem in "
-        "the kernel; nfqueue, a user-space delayer that holds every received packet (data "
-        "and ACKs) on kernels without netem; or the communication layer (message delivered "
-        "at transmission end + l·b(t)); auto = the first of netem, nfqueue, comm-layer this "
-        "machine can do; kernel = the network in place already has its latency (torchrun on "
+        "auto", description="emulated: who adds the trace's one-way latency: netem (kernel "
+        "qdisc), nfqueue (a user-space delayer holds every received packet, data and ACKs: "
+        "packet-level latency on kernels without netem; needs iptables), comm-layer (the "
+        "communication layer delivers each message at transmission end + l·b(t); rate still "
+        "shaped by tc), auto (the first of netem, nfqueue, comm-layer this machine can do; "
+        "default), kernel (the network in place already has its latency: torchrun ranks on "
         "real or shaped links)")
     timeout_s: float | None = Field(
-        None, gt=0, description="seconds a collective may take before a "
-        "peer counts as lost (default: 60 s plus twice a dense message's transfer time at the "
-        "trace's lowest bandwidth)")
-    skip_probe: bool = Field(False, description="do not measure the shaped "
-                             "links before training (the probe result is still required to "
-                             "be within 10% unless this is set)")
-    packet_loss: float = Field(0.0, ge=0, lt=0.5, description="fraction of the packets each "
-                               "worker receives that are dropped (iptables statistic rule, "
-                               "data and ACKs alike; added after the probe), e.g. 0.01 = 1%; "
-                               "the simulated clock has no loss model")
+        None, gt=0, description="emulated: seconds a collective may take before a peer counts "
+        "as lost (default: 60 s plus twice a dense message's transfer time at the trace's "
+        "lowest bandwidth)")
+    skip_probe: bool = Field(False, description="emulated: do not measure the shaped links "
+                             "before training (without it, a link whose goodput or round "
+                             "trip is more than 10% off the trace's first row stops the run)")
+    packet_loss: float = Field(0.0, ge=0, lt=0.5, description="emulated: drop this fraction of "
+                               "the packets each worker receives (data and ACKs alike; an "
+                               "iptables statistic rule added after the probe), e.g. 0.01 for "
+                               "1%; default 0; the simulated clock has no loss model")
     collectives_in_flight: int | None = Field(
-        None, ge=1, le=64, description="collectives a rank keeps in flight at once, one "
-        "process group each (docs/emulation.md \"Collectives in flight\"); default: 8 where "
-        "the network adds the latency (a collective then lasts a round trip, and τ + 1 in "
-        "flight overlap the latency as the time model does), 1 where the communication layer "
-        "adds it")
+        None, ge=1, le=64, description="emulated: collectives each rank keeps in flight at "
+        "once, one process group each (docs/emulation.md \"Collectives in flight\"); default "
+        "8 where the network adds the latency (a collective then lasts a round trip, and "
+        "τ + 1 in flight overlap the latency as the time model does), 1 where the "
+        "communication layer adds it (comm-layer); give at least the largest staleness τ + 1")
     calibrate_transport: bool = Field(
-        False, description="before training, time collectives of several sizes on the links "
-        "and write the fitted transport model to RUN_DIR/transport_model.json "
+        False, description="emulated: before training, time collectives of several sizes on "
+        "the shaped links and write the fitted transport model to RUN_DIR/transport_model.json "
         "(decobench.emulated.calibrate; for a simulated run's --transport-model)")
 
 
@@ -63,75 +65,97 @@ FLAT_EMULATION_FIELDS = {"latency_mechanism": "latency_mechanism",
 
 
 class RunConfig(BaseModel):
-    """One training run (``decobench run``). Units are in the field names or descriptions."""
+    """One training run (``decobench run``). Units are in the field names or descriptions;
+    each field's description is its ``decobench run`` flag's help (:mod:`decobench.cli.flags`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    task: str = Field(description="task name, e.g. cnn-fmnist")
-    method: str = Field(description="method name, e.g. deco-sgd")
-    workers: int = Field(4, ge=1, le=1024, description="number of workers n")
-    trace: str | None = Field(None, description="trace CSV path or bundled trace name "
-                              "(the network as the run's own profile sees it)")
-    regime: str | None = Field(None, description="network relative to the task: PROFILE:TRACE "
-                               "(TRACE as the task's PROFILE sees it, mapped onto this run's "
-                               "profile keeping S/(a·T) and b/T) or an alias such as paper-wan")
+    task: str = Field(description="task name, e.g. cnn-fmnist (the list: 'decobench run "
+                      "--help' footer)")
+    method: str = Field(description="method name, e.g. deco-sgd (the list: 'decobench run "
+                        "--help' footer)")
+    workers: int = Field(4, ge=1, le=1024, description="number of workers n (default 4)")
+    trace: str | None = Field(None, description="network trace: a CSV file or a bundled trace "
+                              "name (see 'decobench trace list'), the network as this run's "
+                              "own profile sees it")
+    regime: str | None = Field(None, description="network relative to the task instead of "
+                               "--trace: PROFILE:TRACE, TRACE as the task's PROFILE sees it "
+                               "(e.g. paper:wan-200ms-lowbw-varying), or an alias such as "
+                               "paper-wan; mapped onto this run's --profile with k = T/T_ref: "
+                               "times and latencies × k, bandwidth × (d/d_ref)/k, which keeps "
+                               "S/(a·T) and b/T")
     transmission_ratio: float | None = Field(None, gt=0, description="constant network with "
-                                             "S/(a·T) = this (S = 32·d bits); needs "
-                                             "latency_ratio")
-    latency_ratio: float | None = Field(None, ge=0, description="constant network with "
-                                        "b/T = this; needs transmission_ratio")
-    ratio_shape: str | None = Field(None, description="with the ratios: a trace (CSV path or "
-                                    "bundled name) whose variation the network follows around "
-                                    "those means (bandwidth and latency relative to their "
-                                    "means, times as the task's paper profile sees them)")
+                                             "S/(a·T) = RHO (S = 32·d bits, T the profile's "
+                                             "compute time); with --latency-ratio, instead of "
+                                             "--trace")
+    latency_ratio: float | None = Field(None, ge=0, description="constant network with one-way "
+                                        "latency b = LAMBDA·T; with --transmission-ratio")
+    ratio_shape: str | None = Field(None, description="with the ratios: vary the network like "
+                                    "TRACE (a CSV file or bundled trace name) around those "
+                                    "means: its bandwidth and latency relative to their means, "
+                                    "its times as the task's paper profile sees them (the "
+                                    "report's regime map uses the task's deco52-* trace)")
     trace_loop: bool = Field(False, description="loop the trace instead of holding its last row")
-    target: float | None = Field(None, description="accuracy in [0, 1] (classification) or "
-                                 "perplexity (language modelling); stop when reached")
+    target: float | None = Field(None, description="target metric: accuracy in [0, 1] "
+                                 "(classification) or perplexity (language modelling); the run "
+                                 "stops at the first evaluation that meets it")
     stop_at_target: bool = Field(True, description="end the run at the first evaluation that "
-                                 "meets the target")
+                                 "meets the target (default); --no-stop-at-target keeps "
+                                 "training after it is met (until a budget)")
     max_sim_time: float | None = Field(None, gt=0, description="budget in simulated seconds")
     checkpoint_every_s: float | None = Field(
         300.0, gt=0, description="wall-clock seconds between checkpoints of the whole "
         "training state (RUN_DIR/checkpoint.pt; emulated: RUN_DIR/checkpoints/, one file per "
-        "rank), for --resume; null: never")
+        "rank), for --resume (default 300; null in a --config file: never)")
     max_iters: int | None = Field(None, gt=0, description="budget in iterations (default: "
                                   "the task profile's)")
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, description="random seed (default 0)")
     data_root: str | None = Field(None, description="folder with an existing copy of the data "
-                                  "set (no download)")
-    out: str | None = Field(None, description="run directory")
-    dataset: str | None = Field(None, description="data set variant of the task (e.g. "
-                                "wikitext-103-raw-v1 for gpt2-wikitext); default: the task's first")
+                                  "set (no download); default: download to "
+                                  "~/.cache/decobench/data (vit-imagenet: required, ImageNet "
+                                  "has no download; see docs/tasks/)")
+    out: str | None = Field(None, description="run directory (default "
+                            "runs/TASK__LABEL__CONDITION__PROFILE__nN__sSEED)")
+    dataset: str | None = Field(None, description="data set variant, for tasks with several "
+                                "(gpt2-wikitext: wikitext-2-raw-v1 or wikitext-103-raw-v1); "
+                                "default: the task's first")
     backend: str = Field(
-        "simulated", description="a registered backend (decobench.runs.backends): simulated = one "
-        "process on the simulated clock (default); emulated = n worker processes "
-        "(torch.distributed) over links shaped from the trace, times measured")
+        "simulated", description="where the run trains, a registered backend "
+        "(decobench.runs.backends): simulated = n workers in one process on the simulated "
+        "clock (default); emulated = n worker processes (torch.distributed) in Linux network "
+        "namespaces over links shaped live from the trace, times measured (root; "
+        "docs/emulation.md)")
     emulation: EmulationConfig = Field(default_factory=EmulationConfig,
                                        description="settings of the emulated backend")
-    profile: str = Field("paper", description="task profile (model size, batch, lr, T)")
+    profile: str = Field("paper", description="task profile: model size, batch, lr, T "
+                         "(default 'paper')")
     init: Literal["scratch", "pretrained"] = Field(
         "scratch", description="model initialisation: scratch (random weights from --seed, "
         "the default) or pretrained (published weights, downloaded from the Hugging Face Hub "
         "on first use; paper profiles only: vit-imagenet loads timm "
         "vit_base_patch16_224.augreg_in21k (ImageNet-21k) with a new head, gpt2-wikitext "
         "loads GPT-2 small (transformers 'gpt2') and needs GPT-2's tokenizer; the cpu "
-        "profiles and the CNN tasks have none)")
+        "profiles and the CNN tasks have none; see docs/tasks/)")
     topology: Literal["paper", "ring"] = Field("paper", description="communication topology "
-                                               "factors of the time model (default paper; "
-                                               "ring on the emulated backend, whose "
-                                               "collectives are rings)")
+                                               "factors of the time model: paper (h = l = 1, "
+                                               "default) or ring (ring all-gather / "
+                                               "all-reduce; the default with --backend "
+                                               "emulated, whose collectives are rings)")
     compute_time: Literal["profile", "measured"] = Field(
-        "profile", description="T per iteration: the profile's fixed value, or measured wall "
-        "time of the vectorised gradient step divided by n")
+        "profile", description="per-iteration compute time T: profile, the profile's fixed "
+        "value in seconds (default), or measured, the wall time of the vectorised gradient "
+        "step divided by n")
     compute_time_s: float | None = Field(None, gt=0, le=1e6, description="fixed per-iteration "
-                                         "compute time T in seconds (at most 1e6, 11.6 days, "
-                                         "so simulated times stay finite), overriding the "
-                                         "profile's")
+                                         "compute time T in seconds, overriding the "
+                                         "profile's (e.g. the time your GPU takes for one "
+                                         "batch; at most 1e6, 11.6 days, so simulated times "
+                                         "stay finite)")
     gradient_engine: Literal["auto", "grouped", "vmap", "loop"] = Field(
         "auto", description="how the n workers' gradients are computed (decobench.training.gradients): "
-        "auto (grouped when every parameter has a rule and it matches vmap on a probe batch, "
-        "else vmap; config.yaml says which and why), grouped (one forward/backward over n·B), "
-        "vmap, or loop (one pass per worker); they differ only in float rounding")
+        "auto (default: grouped when every parameter has a rule and it matches vmap on a "
+        "probe batch, else vmap; config.yaml says which and why), grouped (one "
+        "forward/backward over n·B), vmap, or loop (one pass per worker); they differ only "
+        "in float rounding")
     device: str = Field(
         "auto", pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$",
         description="where the model and its gradients live: auto (default: the first CUDA "
@@ -147,45 +171,54 @@ class RunConfig(BaseModel):
     eval_every: int | None = Field(None, gt=0, description="evaluate every E iterations "
                                    "(default: the task profile's)")
     fine_eval_every: int | None = Field(
-        None, gt=0, description="near the target, evaluate every E_f iterations instead of E: "
+        None, gt=0, description="near a target, evaluate every E_F iterations instead of E: "
         "from the first evaluation within --fine-eval-margin of a target not met yet until it "
-        "is met, so the time to target is bracketed finely (its resolution is in "
-        "summary.json); default: off (every E)")
+        "is met, so the time to target is bracketed finely (summary.json: "
+        "ttt_resolution_s); default: off (every E)")
     fine_eval_margin: float = Field(
         0.05, gt=0, lt=1, description="relative distance to a target at which --fine-eval-every "
-        "takes over: accuracy >= target·(1 − m), perplexity <= target·(1 + m)")
+        "takes over: accuracy >= target·(1 − M), perplexity <= target·(1 + M) (default 0.05)")
     ttt_resolution: float | None = Field(
-        None, gt=0, lt=1, description="near a target, evaluate every max(1, ⌊r·k⌋) "
-        "iterations around iteration k (at most --fine-eval-every), so a target met early is "
-        "bracketed to a share r of its iterations (e.g. 0.02: 2%; of its time while "
-        "iterations take equally long); default: off (every E_f)")
+        None, gt=0, lt=1, description="near a target, evaluate every max(1, ⌊R·k⌋) "
+        "iterations around iteration k (at most E_F, --fine-eval-every), so a target met "
+        "early is bracketed to a share R of its iterations too (e.g. 0.02: 2%; of its time "
+        "while iterations take equally long); default: off (every E_F)")
     milestones: list[float] = Field(
         default_factory=list, description="more targets whose first time and iteration are "
-        "recorded in summary.json (milestones) without stopping the run, e.g. 0.7 beside "
-        "--target 0.8")
+        "recorded in summary.json (milestones) without stopping the run; the flag is "
+        "repeatable, one target each, e.g. --target 0.8 --milestone 0.7")
     batch_size: int | None = Field(None, gt=0, description="per-worker batch size (default: "
                                    "the task profile's)")
     lr: float | None = Field(None, gt=0, description="step size γ (default: the profile's)")
-    momentum: float | None = Field(None, ge=0, lt=1)
-    weight_decay: float | None = Field(None, ge=0)
+    momentum: float | None = Field(None, ge=0, lt=1, description="momentum μ after aggregation "
+                                   "(default: the profile's)")
+    weight_decay: float | None = Field(None, ge=0, description="weight decay after aggregation "
+                                       "(default: the profile's)")
     schedule: Literal["constant", "warmup", "warmup-cosine"] | None = Field(
-        None, description="learning-rate schedule (default: the profile's)")
-    warmup_iters: int | None = Field(None, ge=0, description="linear warm-up iterations")
-    log_every: int = Field(1, ge=1, description="write a metrics row every k iterations")
+        None, description="learning-rate schedule: constant, linear warm-up then constant, or "
+        "warm-up then cosine decay to 0 at --max-iters (default: the profile's)")
+    warmup_iters: int | None = Field(None, ge=0, description="iterations of linear "
+                                     "learning-rate warm-up (default: the profile's)")
+    log_every: int = Field(1, ge=1, description="write a metrics row every k iterations "
+                           "(default 1)")
     replay_schedule: str | None = Field(
         None, description="metrics.jsonl of an earlier run (or its run directory), logged "
         "every iteration, whose per-iteration (δ, τ) this run's method follows instead of "
-        "deciding them: the same decisions on another backend or network")
+        "deciding them: the same decisions on another backend or network, e.g. an emulated "
+        "run replaying the simulated run's plan; methods with a (δ, τ) controller only")
     transport_model: str | None = Field(
         None, description="simulated: how the collectives depart from the time model's ideal "
-        "link: 'ideal' (docs/design.md §4.7, the default) or a transport_model.json fitted on "
-        "emulated links (decobench run --backend emulated --calibrate-transport; or its run "
-        "directory): per-collective costs and how messages in flight share the link (fifo "
-        "as the time model, or shared on lanes); docs/emulation.md \"Transport models\"")
+        "link: 'ideal' (docs/design.md §4.7, the default) or the transport_model.json an "
+        "emulated run fitted with --calibrate-transport (or its run directory): "
+        "per-collective-kind costs (latency multiplier, goodput, burst) and how messages in "
+        "flight share the link (fifo as the time model, or shared on lanes); "
+        "docs/emulation.md \"Transport models\"")
     label: str | None = Field(None, min_length=1, description="display name of this method "
-                              "variant in reports (default: the method name), e.g. deco-sgd-F25")
+                              "variant in reports and W&B (default: the method name), e.g. "
+                              "deco-sgd-F25")
     condition: str | None = Field(None, min_length=1, description="name of the network "
-                                  "condition in reports (default: the trace, regime or ratios)")
+                                  "condition in reports and W&B (default: the trace's file "
+                                  "stem, the regime or the ratios)")
     suite: str | None = Field(None, min_length=1, description="suite this run belongs to "
                               "(set by decobench sweep; names the W&B project)")
     method_options: dict[str, Any] = Field(default_factory=dict)

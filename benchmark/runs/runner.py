@@ -23,38 +23,26 @@ import torch
 from pydantic import ValidationError
 
 from decobench import __version__
-from decobench.runs.backends import Backend, get_backend
-from decobench.runs.checkpoint import CHECKPOINT, Checkpointer, RefineStarts, load_checkpoint
-from decobench.runs.config import RunConfig, format_validation_error
-from decobench.training.devices import resolve_device
+from decobench.clock.regime import NetworkCondition, parse_regime
+from decobench.clock.transport_model import IDEAL, TransportModel, load_transport_model
 from decobench.errors import DecobenchError
-from decobench.planning.estimators import NetworkEstimate
-from decobench.training.evaluation import (
-    EvaluationSchedule,
-    TargetBook,
-    hit_fields,
-    milestone_records,
-    refine_windows,
-)
-from decobench.training.loop import Learner, ModelLearner, Outcome, train
 from decobench.methods import MethodOptions, MethodSpec, get_method_spec
+from decobench.methods.optimizer import OptimizerConfig
 from decobench.netem.trace import (
     Trace,
     load_trace,
     resolve_trace_path,
     trace_header_fields,
-    write_trace,
 )
-from decobench.methods.optimizer import OptimizerConfig
-from decobench.clock.regime import NetworkCondition, parse_regime
-from decobench.methods.replay import load_schedule
-from decobench.runs.rundir import RunDirectory
-from decobench.training.sharding import check_batch_size
-from decobench.training.simulated import SimulatedTransport
+from decobench.planning.estimators import NetworkEstimate
+from decobench.runs.backends import Backend, get_backend
+from decobench.runs.checkpoint import Checkpointer, RefineStarts, load_checkpoint
+from decobench.runs.config import RunConfig, format_validation_error
 from decobench.runs.identity import identity
-from decobench.tasks import Task, TaskData, TaskProfile, get_task
-from decobench.tasks.base import parameter_count
-from decobench.runs.tracking import NullTracker, RunTracker, TrackerFactory
+from decobench.runs.lifecycle import RunRecord
+from decobench.runs.replay import load_schedule
+from decobench.runs.rundir import CHECKPOINT
+from decobench.runs.tracking import TrackerFactory
 from decobench.runs.trajectory import (
     TRAJECTORY,
     RecordedLearner,
@@ -63,7 +51,19 @@ from decobench.runs.trajectory import (
     Trajectory,
     decision_policy,
 )
-from decobench.clock.transport_model import IDEAL, TransportModel, load_transport_model
+from decobench.tasks import Task, TaskData, TaskProfile, get_task
+from decobench.tasks.base import parameter_count
+from decobench.training.devices import resolve_device
+from decobench.training.evaluation import (
+    EvaluationSchedule,
+    TargetBook,
+    hit_fields,
+    milestone_records,
+    refine_windows,
+)
+from decobench.training.loop import Learner, ModelLearner, Outcome, train
+from decobench.training.sharding import check_batch_size
+from decobench.training.simulated import SimulatedTransport
 
 
 @dataclass(frozen=True)
@@ -418,73 +418,53 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
     recorded = None if reuse is None else reuse.trajectory()
     learner_for = _learner_factory(run, data, reuse, recorded)
     # nothing is written before this line
-    rundir = (RunDirectory.resume(run.out, state["iteration"]) if state is not None
-              else RunDirectory(run.out, overwrite=overwrite))
+    record = RunRecord(run.out, "simulated", tracker_factory)
+    record.open(resume_after=None if state is None else state["iteration"], overwrite=overwrite)
     if state is not None:
         print(f"resuming {run.out} after iteration {state['iteration']} (its checkpoint)",
               file=sys.stderr)
-    tracker: RunTracker = NullTracker()
     wall_start = time.perf_counter()
-    first_pass: list[_Pass] = []
 
     def begin(d: int, trace: Trace, gradients: dict[str, Any]) -> None:
-        nonlocal tracker
         resolved = resolved_config(run, d, data, trace, gradients)
         if reuse is not None:
             resolved["trajectory"] = reuse.describe(run.out)
-        rundir.write_config(resolved)
-        if run.condition.kind != "trace":
-            write_trace(trace, rundir.path / "trace.csv", comment=f"network of this run: "
-                        f"{run.condition.label}")
-        if tracker_factory:
-            tracker = tracker_factory(resolved, rundir.path)
-
-    def log(row: dict[str, Any]) -> None:
-        rundir.log(row)
-        tracker.log(row)
+        record.begin(resolved, None if run.condition.kind == "trace" else trace,
+                     run.condition.label)
 
     evaluations, _ = evaluation_plan(run)
     # a re-timed run replays from the start: its decision policy's state is not saved
     resolution = evaluations.resolution
     starts = RefineStarts(resolution) if resolution.active and not retime else None
     try:
-        if state is None:
-            rundir.open_metrics()
-        first = _train_pass(run, data, evaluations, log, wall_start, show_progress, begin,
-                            checkpoint=checkpoint, resume=state, learner_for=learner_for,
-                            refine_starts=starts)
-        first_pass.append(first)
+        first = _train_pass(run, data, evaluations, record.log, wall_start, show_progress,
+                            begin, checkpoint=checkpoint, resume=state,
+                            learner_for=learner_for, refine_starts=starts)
         result, refined = first, []
         windows = refine_windows(first.book, resolution)
         if windows and first.outcome.status != "diverged":
             start = None if starts is None else starts.state_at(windows[0][0])
-            rundir.abandon_metrics()
-            if start is None:
-                rundir.open_metrics()
-            else:                       # keep the first pass's rows up to the start
-                rundir = RunDirectory.resume(run.out, start["iteration"])
+            # keep the first pass's rows up to the start; the tracker saw the first pass
+            record.restart_metrics(None if start is None else start["iteration"])
             del starts
-            result = _train_pass(run, data, evaluations.with_windows(windows), rundir.log,
-                                 wall_start, show_progress, None, resume=start,
-                                 learner_for=learner_for)
+            result = _train_pass(run, data, evaluations.with_windows(windows),
+                                 functools.partial(record.log, track=False), wall_start,
+                                 show_progress, None, resume=start, learner_for=learner_for)
             _check_replay(first, result)
             brackets = {(lo, hi) for lo, hi, _ in windows}
             refined = sorted(t for t, hit in first.book.hits.items()
                              if (hit.previous_iteration, hit.iteration) in brackets)
     except BaseException as exc:
-        rundir.abandon_metrics()
-        tracker.fail(exc)
+        record.fail(exc)
         raise
-    rundir.close_metrics()
     summary = summary_fields(run, result.outcome, result.d, time.perf_counter() - wall_start,
                              result.trace, **result.transport.totals(), time_basis="simulated",
                              book=result.book)
     summary["refined_targets"] = refined
     summary["retimed_from"] = reuse.describe(run.out)["retimed_from"] if retime else None
-    tracker.finish(summary)
     if recorded is not None and not retime:
-        recorded.save(rundir.path / TRAJECTORY)
-    rundir.write_summary(summary)
+        recorded.save(run.out / TRAJECTORY)
+    record.finish(summary)
     if checkpoint is not None:
         checkpoint.remove()
     return summary

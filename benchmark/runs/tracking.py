@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from decobench.atomicio import write_text_atomic
 from decobench.errors import DecobenchError
+from decobench.runs.rundir import WANDB_RECORD
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,6 @@ STEP_METRIC = "sim_time_s"
 """The x-axis of every logged namespace: the run's simulated clock in seconds."""
 NAMESPACES = ("train", "eval", "comm", "net")
 """Key prefixes of the logged metrics; each is plotted against :data:`STEP_METRIC`."""
-WANDB_RECORD = "wandb.json"
-"""The file in a run directory naming the W&B run it was logged to (:class:`WandbTracker`)."""
 
 ROW_KEYS: dict[str, str | None] = {
     "sim_time_s": STEP_METRIC,

@@ -43,9 +43,7 @@ from decobench.atomicio import write_bytes_atomic
 from decobench.errors import DecobenchError
 from decobench.methods import Due, MethodContext, Observation, Sent
 from decobench.methods.decisions import Decision, DecisionPolicy
-
-TRAJECTORY = "trajectory.pt"
-"""The recorded trajectory in a run directory (:class:`Trajectory`, torch.save)."""
+from decobench.runs.rundir import TRAJECTORY
 
 NETWORK_FIELDS = ("trace", "regime", "transmission_ratio", "latency_ratio", "ratio_shape",
                   "trace_loop", "compute_time_s", "condition")

@@ -92,7 +92,8 @@ def run_cell(cell: Cell, out: Path, wandb: bool, reuse: Any = None) -> dict[str,
 def _resumable(staging: Path, expected: str) -> bool:
     """Whether the staging folder of an interrupted cell holds a checkpoint of this cell (an
     emulated cell: per-rank checkpoints, which the ranks check when they load them)."""
-    from decobench.runs.checkpoint import CHECKPOINT, has_rank_checkpoints, load_checkpoint
+    from decobench.runs.checkpoint import has_rank_checkpoints, load_checkpoint
+    from decobench.runs.rundir import CHECKPOINT
 
     if has_rank_checkpoints(staging):
         return not (staging / SUMMARY).is_file()

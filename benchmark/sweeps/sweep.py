@@ -50,6 +50,7 @@ import yaml
 
 from decobench.atomicio import write_text_atomic
 from decobench.errors import DecobenchError
+from decobench.runs.rundir import MANIFEST
 from decobench.sweeps.cell import STAGING_PREFIX, is_done, run_cell, run_dir
 from decobench.sweeps.executors import ExecutorConfig
 from decobench.sweeps.suite import (
@@ -61,7 +62,6 @@ from decobench.sweeps.suite import (
 )
 
 LOCK_FILE = ".sweep.lock"
-MANIFEST = "manifest.json"
 FAILURES = "failures.jsonl"
 
 
@@ -164,7 +164,8 @@ class CellQueue:
     def finished(self, cell: Cell, reuse: Any, ok: bool) -> list[tuple[Cell, Any]]:
         """``cell`` ended (``ok``: published). The cells waiting for its trajectory are
         re-timed from it; if it failed (or did not record it), they train, each on its own."""
-        from decobench.runs.trajectory import TRAJECTORY, Reuse
+        from decobench.runs.rundir import TRAJECTORY
+        from decobench.runs.trajectory import Reuse
 
         if reuse is None or reuse.source is not None:
             return []

@@ -12,13 +12,14 @@ from pathlib import Path
 
 from decobench.errors import DecobenchError
 from decobench.methods.controllers import Schedule
+from decobench.runs.rundir import METRICS
 
 
 def metrics_path(path: str | Path) -> Path:
     """``path`` itself, or ``path/metrics.jsonl`` for a run directory; must exist."""
     path = Path(path)
     if path.is_dir():
-        path = path / "metrics.jsonl"
+        path = path / METRICS
     if not path.is_file():
         raise DecobenchError(f"--replay-schedule {path}: no such file (give a run's "
                              "metrics.jsonl or its run directory)")
