@@ -32,6 +32,7 @@ from decobench.methods.decisions import (
     network_independent,
 )
 from decobench.methods.options import DecoOptions, StaticOptions
+from decobench.methods.robust import RobustDecoOptions, build_deco_sgd_robust, robust_controller
 from decobench.registry import METHODS_GROUP, Registry
 
 
@@ -50,6 +51,13 @@ def deco_sgd_decisions(context: MethodContext, options: DecoOptions) -> Decision
     return ControllerDecisions(controller, lambda delta: TopKCompressor().size(delta, context.d))
 
 
+def deco_sgd_robust_decisions(context: MethodContext,
+                              options: RobustDecoOptions) -> DecisionPolicy:
+    """deco-sgd-robust's (δ_t, τ_t), as :func:`build_deco_sgd_robust` makes them."""
+    return ControllerDecisions(robust_controller(context, options),
+                               lambda delta: TopKCompressor().size(delta, context.d))
+
+
 TOPK_DD_EF_SGD = "dd-ef-sgd/top-k"
 """The :attr:`MethodSpec.learner` of DD-EF-SGD with global Top-k whose (δ, τ) come from the
 network (DeCo-SGD, the paper's static strategy): where their decisions coincide, one trajectory."""
@@ -61,6 +69,10 @@ DECO_SGD_SPEC = MethodSpec(
     "deco-sgd", "DeCo-SGD: DD-EF-SGD with δ and τ re-planned from measured bandwidth, latency "
     "and compute time", DecoOptions, build_deco_sgd, network_decisions=deco_sgd_decisions,
     learner=TOPK_DD_EF_SGD)
+DECO_SGD_ROBUST_SPEC = MethodSpec(
+    "deco-sgd-robust", "this project's DeCo-SGD variant: δ sized for the bandwidth's recent "
+    "distribution, re-planned on change (not the paper's)", RobustDecoOptions,
+    build_deco_sgd_robust, network_decisions=deco_sgd_robust_decisions, learner=TOPK_DD_EF_SGD)
 
 
 def _spec_name(obj: object) -> str:
