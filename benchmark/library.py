@@ -116,9 +116,9 @@ class DecoCommunication:
         link = constant(1e6, 0.0, name="the real network (latency from the kernel)")
         # a process group of its own: the background thread's collectives never interleave
         # with yours (or DDP's) on the default group
-        group = dist.new_group(backend=dist.get_backend())
+        self.group = dist.new_group(backend=dist.get_backend())
         self.transport = DistributedTransport(rank, world, "ring", lambda _: link, "kernel",
-                                              timeout_s, device, group=group)
+                                              timeout_s, device, group=self.group)
         self.transport.start(d)
         self.iteration = 0
         self._no_params = torch.zeros(0, device=device)
@@ -148,8 +148,14 @@ class DecoCommunication:
 
     def close(self) -> None:
         """Wait for the messages still in flight (never applied) and stop the background
-        thread; call once after the last iteration, on every rank."""
+        thread; call once after the last iteration, on every rank. It ends with a barrier on
+        the library's own group, so no rank tears its process groups down (or exits) while
+        another still receives the last message: under load, a rank that did so once made
+        the slower one abort in gloo ("terminate called without an active exception")."""
+        import torch.distributed as dist
+
         self.transport.finish()
+        dist.barrier(group=self.group)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything the next iteration reads, in plain types (``torch.load`` reads it with

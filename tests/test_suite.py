@@ -169,6 +169,58 @@ def test_per_seed_trace_needs_a_generated_pack_trace(tmp_path):
         assert "deco52-cnn-fmnist" in message
 
 
+FAMILY = {
+    "name": "t",
+    "conditions": {
+        "drop": {"family": {"family": "step-drop", "mean_mbps": 15, "latency_ms": 200,
+                            "duration_s": 400}},
+        "swing": {"family": {"family": "diurnal", "mean_mbps": 800, "latency_ms": 200,
+                             "duration_s": 400, "regime_profile": "paper"}}},
+    "experiments": [{"name": "e", "tasks": ["cnn-fmnist"], "conditions": ["drop", "swing"],
+                     "methods": ["deco-sgd-robust"], "seeds": [0, 1], "target": 0.7,
+                     "max_iters": 100}],
+}
+
+
+def test_a_family_condition_runs_each_seed_on_its_own_realisation(tmp_path):
+    """Every seed (0 included) reads the family's realisation of that seed, written into the
+    results folder (decobench.netem.families); with a regime profile, as that profile's model
+    sees it; identities count the file's content, so two folders agree."""
+    from decobench.netem.families import family_trace
+    from decobench.netem.trace import load_trace
+    from decobench.sweeps.suite import family_trace_path
+
+    suite = parse_suite(FAMILY, "s.yaml")
+    identities = {}
+    for where in ("a", "b"):
+        traces = tmp_path / where
+        write_realised_traces(suite, traces)
+        assert sorted(p.name for p in traces.iterdir()) == [
+            "drop-s0.csv", "drop-s1.csv", "swing-s0.csv", "swing-s1.csv"]
+        cells = expand_cells(suite, traces)
+        identities[where] = [c.identity for c in cells]
+        by = {(c.config.condition, c.config.seed): c.config for c in cells}
+        assert by[("drop", 1)].trace == str(family_trace_path(traces, "drop", 1))
+        assert by[("swing", 0)].regime == f"paper:{traces / 'swing-s0.csv'}"
+        read = load_trace(traces / "drop-s1.csv")
+        made = family_trace("step-drop", 15, 200, 400, 1)
+        assert [read.bandwidth_at(t) for t in range(0, 400, 5)] == \
+            [made.bandwidth_at(t) for t in range(0, 400, 5)]
+    assert identities["a"] == identities["b"] and len(set(identities["a"])) == 4
+
+
+def test_a_family_condition_is_checked(tmp_path):
+    bad = FAMILY | {"conditions": {"drop": {"family": {
+        "family": "weekly", "mean_mbps": 15, "latency_ms": 200, "duration_s": 400}}}}
+    assert "unknown trace family 'weekly'" in _error(bad, tmp_path)
+    twice = FAMILY | {"conditions": {"drop": {
+        "family": FAMILY["conditions"]["drop"]["family"], "per_seed_trace": True}}}
+    assert "leave out per_seed_trace" in _error(twice, tmp_path)
+    missing = tmp_path / "none"
+    assert "drop-s0.csv is missing" in _error(FAMILY | {"conditions": {
+        "drop": FAMILY["conditions"]["drop"], "swing": FAMILY["conditions"]["swing"]}}, missing)
+
+
 def test_duplicate_cells_are_rejected(tmp_path):
     data = BASE | {"experiments": BASE["experiments"] * 2}
     assert "repeats the run" in _error(data, tmp_path)

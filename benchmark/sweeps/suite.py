@@ -61,9 +61,32 @@ class ConstantNetwork(_Strict):
     latency_ms: float = Field(ge=0, description="one-way latency b in ms")
 
 
+class FamilyNetwork(_Strict):
+    """A trace family (:mod:`decobench.netem.families`): seed s of a cell runs on the
+    family's realisation s, written into the results folder."""
+
+    family: str = Field(description="constant, walk, step-drop, diurnal or high-latency")
+    mean_mbps: float = Field(gt=0, description="the family's mean bandwidth in Mbit/s")
+    latency_ms: float = Field(ge=0, description="its one-way latency in ms")
+    duration_s: float = Field(gt=0, description="the realisation's length (its period)")
+    regime_profile: str | None = Field(None, description="run it as this task profile's "
+                                       "model sees it (a regime, e.g. paper), not as is")
+
+    @field_validator("family")
+    @classmethod
+    def _known(cls, family: str) -> str:
+        from decobench.netem.families import FAMILIES
+
+        if family not in FAMILIES:
+            raise ValueError(f"unknown trace family {family!r}; choose one of: "
+                             f"{', '.join(FAMILIES)}")
+        return family
+
+
 class ConditionSpec(_Strict):
-    """One named network condition: exactly one of a trace, a regime, the two ratios, or a
-    constant link (written as a one-row trace into the results folder)."""
+    """One named network condition: exactly one of a trace, a regime, the two ratios, a
+    constant link (written as a one-row trace into the results folder) or a trace family (one
+    realisation per seed, written there too)."""
 
     trace: str | None = None
     regime: str | None = None
@@ -71,6 +94,7 @@ class ConditionSpec(_Strict):
     latency_ratio: float | None = Field(None, ge=0)
     ratio_shape: str | None = None
     constant: ConstantNetwork | None = None
+    family: FamilyNetwork | None = None
     trace_loop: bool = False
     per_seed_trace: bool = False
     """Each seed s of a cell runs on realisation s of the condition's generated pack trace
@@ -93,11 +117,15 @@ class ConditionSpec(_Strict):
             raise ValueError("give transmission_ratio and latency_ratio together")
         if self.ratio_shape is not None and self.transmission_ratio is None:
             raise ValueError("ratio_shape needs transmission_ratio and latency_ratio")
-        kinds = [k for k in ("trace", "regime", "transmission_ratio", "constant")
+        kinds = [k for k in ("trace", "regime", "transmission_ratio", "constant", "family")
                  if getattr(self, k) is not None]
         if len(kinds) != 1:
             raise ValueError("give exactly one of trace, regime, transmission_ratio + "
-                             f"latency_ratio, or constant (got {', '.join(kinds) or 'none'})")
+                             f"latency_ratio, constant or family (got "
+                             f"{', '.join(kinds) or 'none'})")
+        if self.family is not None and self.per_seed_trace:
+            raise ValueError("a family already draws one realisation per seed: leave out "
+                             "per_seed_trace")
         if self.per_seed_trace:
             from decobench.netem.pack import PACK
 
@@ -330,8 +358,22 @@ def realised_trace_path(traces_dir: Path, trace: str, seed: int) -> Path:
     return traces_dir / f"{trace}-r{seed}.csv"
 
 
+def family_trace_path(traces_dir: Path, name: str, seed: int) -> Path:
+    """Where seed ``seed``'s realisation of the ``family`` condition ``name`` is written."""
+    return traces_dir / f"{name}-s{seed}.csv"
+
+
 def _condition_values(name: str, spec: ConditionSpec, traces_dir: Path,
                       seed: int = 0) -> dict[str, Any]:
+    if spec.family is not None:
+        path = family_trace_path(traces_dir, name, seed)
+        if not path.is_file():
+            raise DecobenchError(f"condition {name}: {path} is missing: family realisations "
+                                 "are written by write_realised_traces (decobench sweep does "
+                                 "this first)")
+        network = ({"regime": f"{spec.family.regime_profile}:{path}"}
+                   if spec.family.regime_profile else {"trace": str(path)})
+        return network | {"trace_loop": spec.trace_loop}
     if spec.constant is not None:
         return {"trace": str(constant_trace_path(traces_dir, name)),
                 "trace_loop": spec.trace_loop}
@@ -357,8 +399,9 @@ def _condition_values(name: str, spec: ConditionSpec, traces_dir: Path,
 
 
 def write_realised_traces(suite: Suite, traces_dir: Path) -> None:
-    """Write realisation s (s > 0) of each ``per_seed_trace`` condition's pack trace for every
-    seed an experiment runs it with (:func:`realised_trace_path`; unchanged files are left
+    """Write realisation s (s > 0) of each ``per_seed_trace`` condition's pack trace, and
+    realisation s (every s) of each ``family`` condition, for every seed an experiment runs it
+    with (:func:`realised_trace_path`, :func:`family_trace_path`; unchanged files are left
     alone, so a resumed sweep does not rewrite them)."""
     from decobench.atomicio import write_text_atomic
     from decobench.netem.pack import realisation
@@ -377,6 +420,20 @@ def write_realised_traces(suite: Suite, traces_dir: Path) -> None:
         text = trace.to_csv(comment)
         if not (path.is_file() and path.read_text(encoding="utf-8") == text):
             write_text_atomic(path, text)
+    from decobench.netem.families import family_trace
+
+    for experiment in suite.experiments:
+        for condition in experiment.conditions:
+            family = suite.conditions[condition].family
+            if family is None:
+                continue
+            for seed in experiment.seeds:
+                trace = family_trace(family.family, family.mean_mbps, family.latency_ms,
+                                     family.duration_s, seed)
+                path = family_trace_path(traces_dir, condition, seed)
+                text = trace.to_csv(f"suite {suite.name}: condition {condition}, seed {seed}")
+                if not (path.is_file() and path.read_text(encoding="utf-8") == text):
+                    write_text_atomic(path, text)
 
 
 def write_constant_traces(suite: Suite, traces_dir: Path) -> None:
