@@ -60,7 +60,7 @@ class Plan:
     objective: float
 
 
-def _check_inputs(
+def check_inputs(
     d: int,
     workers: int,
     compute_s: float,
@@ -168,7 +168,7 @@ def plan(
     bubble-free δ*(τ), with the same tie rule (smallest τ, then largest δ); a pair with
     ``k <= δ*(τ) d`` is reported ``bubble_free`` with ``t_avg_s = T̂``.
     """
-    _check_inputs(
+    check_inputs(
         d, workers, compute_s, bandwidth_bps, latency_s, tau_max, delta_min, kappa, grid_points
     )
     if objective not in OBJECTIVES:

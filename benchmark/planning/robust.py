@@ -32,7 +32,7 @@ from decobench.clock.topology import TopologyFactors, topology_factors
 from decobench.clock.wire import topk_count, topk_wire_bits
 from decobench.errors import DecobenchError
 from decobench.planning.phi import PhiModel, phi_paper
-from decobench.planning.planner import OBJECTIVES, Plan, delta_grid
+from decobench.planning.planner import OBJECTIVES, Plan, check_inputs, delta_grid
 
 
 class SampleWindow:
@@ -58,13 +58,12 @@ class SampleWindow:
         if self._log_limit is None or len(self._kept) < self.confirm:
             self._kept.append(x)
             return
-        off = math.log(x / statistics.median(self._kept))
-        if abs(off) <= self._log_limit:
+        middle = statistics.median(self._kept)
+        if abs(math.log(x / middle)) <= self._log_limit:
             self._kept.append(x)
             self._held.clear()
             return
-        if self._held and (math.log(self._held[-1] / statistics.median(self._kept)) > 0) \
-                != (off > 0):
+        if self._held and (self._held[-1] > middle) != (x > middle):   # the other side
             self._held.clear()
         self._held.append(x)
         if len(self._held) >= self.confirm:           # a new level: restart from it
@@ -72,9 +71,6 @@ class SampleWindow:
             self._kept.extend(self._held)
             self._held.clear()
             self.level_changes += 1
-
-    def __len__(self) -> int:
-        return len(self._kept)
 
     def values(self) -> list[float]:
         """The kept samples within ``outlier_factor`` of their median (all, filter off)."""
@@ -152,9 +148,8 @@ def robust_plan(d: int, workers: int, compute_s: float, bandwidths: Sequence[flo
     if objective not in OBJECTIVES:
         raise DecobenchError(f"invalid planner input: objective must be one of "
                              f"{', '.join(OBJECTIVES)}, got {objective!r}")
-    if not (compute_s > 0 and latency_s >= 0 and d >= 1 and workers >= 1 and tau_max >= 0):
-        raise DecobenchError(f"invalid planner input: d {d}, workers {workers}, T {compute_s}, "
-                             f"b {latency_s}, tau_max {tau_max}")
+    check_inputs(d, workers, compute_s, min(bandwidths), latency_s, tau_max, delta_min, kappa,
+                 grid_points)
     sparse = topology_factors(topology, workers, dense=False)
     dense = topology_factors(topology, workers, dense=True)
     k_min = topk_count(delta_min, d)

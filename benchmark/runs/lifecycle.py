@@ -24,17 +24,14 @@ and removes them; the record only knows the run directory.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from decobench.atomicio import write_text_atomic
 from decobench.netem.trace import Trace, write_trace
 from decobench.runs.rundir import FAILURE, TRACE_CSV, RunDirectory
-from decobench.runs.tracking import NullTracker, RunTracker
-
-TrackerFactory = Callable[[dict[str, Any], Path], RunTracker]
-"""``tracker_factory(resolved_config, run_dir)`` opens a tracker (e.g. W&B) for one run."""
+from decobench.runs.tracking import NullTracker, RunTracker, TrackerFactory
 
 FAILURE_FIELDS = ("status", "backend", "error", "error_type", "lost_ranks", "reported_by",
                   "exit_statuses", "earlier_error")
@@ -82,10 +79,6 @@ class RunRecord:
         self.directory: RunDirectory | None = None
         self._fresh = True
 
-    @property
-    def path(self) -> Path:
-        return self.out
-
     def open(self, *, resume_after: int | None = None, overwrite: bool = False,
              attach: bool = False) -> None:
         """Create the directory (``overwrite``: replace a finished run's), fill one a launcher
@@ -130,18 +123,15 @@ class RunRecord:
         else:
             self.directory = RunDirectory.resume(self.out, after)
 
-    def fail(self, exc: BaseException, *, write_record: bool = True,
-             lost_ranks: Sequence[int] = ()) -> None:
-        """The run failed: keep its partial metrics, tell the tracker, and (``write_record``)
-        write ``failure.json``."""
+    def fail(self, exc: BaseException) -> None:
+        """The run failed: keep its partial metrics, tell the tracker, and write
+        ``failure.json`` (the lost ranks an emulated error names, if any)."""
         if self.directory is not None:
             self.directory.abandon_metrics()
             self.tracker.fail(exc)
-        if write_record:
-            record_failure(self.out, str(exc) or type(exc).__name__, backend=self.backend,
-                           reported_by="rank 0" if self.backend == "emulated" else self.backend,
-                           error_type=type(exc).__name__,
-                           lost_ranks=lost_ranks or getattr(exc, "lost_ranks", ()))
+        record_failure(self.out, str(exc) or type(exc).__name__, backend=self.backend,
+                       reported_by="rank 0" if self.backend == "emulated" else self.backend,
+                       error_type=type(exc).__name__, lost_ranks=getattr(exc, "lost_ranks", ()))
 
     def finish(self, summary: dict[str, Any]) -> None:
         """Publish the metrics, finish the tracker and write ``summary.json`` (last: a run

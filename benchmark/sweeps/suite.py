@@ -403,37 +403,39 @@ def write_realised_traces(suite: Suite, traces_dir: Path) -> None:
     realisation s (every s) of each ``family`` condition, for every seed an experiment runs it
     with (:func:`realised_trace_path`, :func:`family_trace_path`; unchanged files are left
     alone, so a resumed sweep does not rewrite them)."""
-    from decobench.atomicio import write_text_atomic
+    from decobench.netem.families import family_trace
     from decobench.netem.pack import realisation
 
-    wanted: set[tuple[str, int]] = set()
+    packs: set[tuple[str, int]] = set()
+    families: set[tuple[str, int]] = set()
     for experiment in suite.experiments:
         for condition in experiment.conditions:
             spec = suite.conditions[condition]
             if spec.per_seed_trace and spec.pack_trace is not None:
-                wanted.update((spec.pack_trace, s) for s in experiment.seeds if s > 0)
-    for trace_name, seed in sorted(wanted):
+                packs.update((spec.pack_trace, s) for s in experiment.seeds if s > 0)
+            if spec.family is not None:
+                families.update((condition, s) for s in experiment.seeds)
+    for trace_name, seed in sorted(packs):
         trace, header = realisation(trace_name, seed)
-        path = realised_trace_path(traces_dir, trace_name, seed)
-        comment = "\n".join([*header, f"suite {suite.name}: seed {seed} of per_seed_trace "
-                              "conditions"])
-        text = trace.to_csv(comment)
-        if not (path.is_file() and path.read_text(encoding="utf-8") == text):
-            write_text_atomic(path, text)
-    from decobench.netem.families import family_trace
+        _write_if_changed(realised_trace_path(traces_dir, trace_name, seed), trace.to_csv(
+            "\n".join([*header, f"suite {suite.name}: seed {seed} of per_seed_trace "
+                       "conditions"])))
+    for condition, seed in sorted(families):
+        family = suite.conditions[condition].family
+        assert family is not None
+        trace = family_trace(family.family, family.mean_mbps, family.latency_ms,
+                             family.duration_s, seed)
+        _write_if_changed(family_trace_path(traces_dir, condition, seed),
+                          trace.to_csv(f"suite {suite.name}: condition {condition}, seed {seed}"))
 
-    for experiment in suite.experiments:
-        for condition in experiment.conditions:
-            family = suite.conditions[condition].family
-            if family is None:
-                continue
-            for seed in experiment.seeds:
-                trace = family_trace(family.family, family.mean_mbps, family.latency_ms,
-                                     family.duration_s, seed)
-                path = family_trace_path(traces_dir, condition, seed)
-                text = trace.to_csv(f"suite {suite.name}: condition {condition}, seed {seed}")
-                if not (path.is_file() and path.read_text(encoding="utf-8") == text):
-                    write_text_atomic(path, text)
+
+def _write_if_changed(path: Path, text: str) -> None:
+    """Write ``text`` atomically unless ``path`` already holds it (a resumed sweep's files
+    keep their times)."""
+    from decobench.atomicio import write_text_atomic
+
+    if not (path.is_file() and path.read_text(encoding="utf-8") == text):
+        write_text_atomic(path, text)
 
 
 def write_constant_traces(suite: Suite, traces_dir: Path) -> None:
