@@ -170,10 +170,12 @@ class MethodEntry(_Strict):
 PerTask = float | dict[str, float] | None
 
 
-Role = Literal["main", "table1", "scaling", "regime-map", "theory", "other"]
+Role = Literal["main", "table1", "scaling", "regime-map", "theory", "robust", "other"]
 """What an experiment's runs are evidence for in the report's claims table (docs/reports.md
 "Claims"): the main comparison (the paper's section-5.2 condition), the Table-1 grid of
-measured links, the scaling study, the regime map, the static (δ, τ) grid, or none."""
+measured links, the scaling study, the regime map, the static (δ, τ) grid, this project's
+robust-planner check (a planner against the per-seed oracle of a static grid on trace
+families, docs/methods/deco-sgd-robust.md), or none."""
 
 
 class Resources(_Strict):
