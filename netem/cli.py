@@ -11,6 +11,7 @@ import argparse
 from typing import Any
 
 from decobench.netem import generators
+from decobench.netem.families import FAMILIES, HELD_OUT, family_trace
 from decobench.netem.mahimahi import DEFAULT_FLOOR_MBPS, from_mahimahi
 from decobench.netem.pack import PACK, realisation
 from decobench.netem.plot import plot_trace
@@ -57,6 +58,12 @@ def _cmd_realise(args: argparse.Namespace) -> int:
     write_trace(trace, args.out, comment="\n".join(header))
     print(f"wrote {args.out}: {header[-1]}; {summarize(trace)}")
     return 0
+
+
+def _cmd_family(args: argparse.Namespace) -> int:
+    trace = family_trace(args.family, args.mean_mbps, args.latency_ms, args.duration_s,
+                         args.seed)
+    return _save(trace, args.out, "family")
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -266,6 +273,26 @@ def add_trace_parser(subparsers: Any) -> None:
     p.add_argument("k", type=int, metavar="K", help="realisation (0 or more)")
     _out(p)
     p.set_defaults(func=_cmd_realise)
+
+    p = sub.add_parser(
+        "family",
+        help="draw realisation SEED of a trace family (constant, walk, step-drop, ...)",
+        description="Write realisation SEED of a trace family around a mean bandwidth and "
+        "latency (docs/traces.md 'Trace families'): the trace a suite's `family` condition "
+        f"gives seed SEED. Families: {', '.join(FAMILIES)}; held out from tuning: "
+        f"{', '.join(HELD_OUT)}. Example: decobench trace family step-drop --mean-mbps 20 "
+        "--latency-ms 200 --duration-s 120 --seed 3 --out step-drop-s3.csv",
+    )
+    p.add_argument("family", choices=FAMILIES, help="the family")
+    p.add_argument("--mean-mbps", type=float, required=True,
+                   help="mean bandwidth (Mbit/s)")
+    p.add_argument("--latency-ms", type=float, required=True,
+                   help="one-way latency (ms; high-latency uses 5x this)")
+    p.add_argument("--duration-s", type=float, required=True,
+                   help="length of the trace, a whole number of 5 s steps (s; it loops)")
+    p.add_argument("--seed", type=int, default=0, help="realisation (integer; default 0)")
+    _out(p)
+    p.set_defaults(func=_cmd_family)
 
     p = sub.add_parser("list", help="list the bundled traces with a one-line description")
     p.set_defaults(func=_cmd_list)

@@ -210,3 +210,22 @@ def test_realise_writes_the_draw_a_suite_seed_meets(tmp_path: pathlib.Path, caps
         run(["realise", "wan-200ms-lowbw-varying", "1", "--out", str(out)])
     with pytest.raises(TraceError, match="give 0 or more"):
         run(["realise", "deco52-cnn-fmnist", "-1", "--out", str(out)])
+
+
+def test_family_writes_the_realisation_a_suite_seed_meets(tmp_path: pathlib.Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """`trace family step-drop ... --seed 3` writes family_trace's realisation 3 (what a suite's
+    family condition gives seed 3): mean, then a 5x fall, then the mean; a duration too short
+    for a drop is a TraceError."""
+    from decobench.netem.families import family_trace
+
+    out = tmp_path / "sd3.csv"
+    argv = ["family", "step-drop", "--mean-mbps", "20", "--latency-ms", "100",
+            "--duration-s", "60", "--seed", "3", "--out", str(out)]
+    assert run(argv) == 0
+    assert "family step-drop, mean 20 Mbit/s, 100 ms, seed 3" in capsys.readouterr().out
+    written = load_trace(out)
+    assert written.bandwidth_bps == family_trace("step-drop", 20, 100, 60, 3).bandwidth_bps
+    assert max(written.bandwidth_bps) == 20e6 and min(written.bandwidth_bps) == 4e6
+    with pytest.raises(TraceError, match="too short"):
+        run(["family", "step-drop", "--mean-mbps", "20", "--latency-ms", "100",
+             "--duration-s", "5", "--out", str(out)])
