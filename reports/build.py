@@ -1,7 +1,8 @@
 """``decobench report DIR``: the report of a results folder (docs/reports.md).
 
 :func:`write_report` loads the runs (:mod:`decobench.reports.runs`), builds the tables
-(:mod:`decobench.reports.tables`, :mod:`decobench.reports.theory`) and figures (:mod:`decobench.reports.figures`), and
+(:mod:`decobench.reports.tables`, :mod:`decobench.reports.theory`,
+:mod:`decobench.reports.robust`) and figures (:mod:`decobench.reports.figures`), and
 writes, each file atomically::
 
     OUT/report.md            OUT/report.html (self-contained: figures embedded)
@@ -22,7 +23,7 @@ from typing import Any
 
 from decobench.atomicio import write_bytes_atomic, write_text_atomic
 from decobench.reports import figures as figs
-from decobench.reports import theory
+from decobench.reports import robust, theory
 from decobench.reports.claims import claims_table, extreme_cells
 from decobench.reports.regime_map import regime_maps, regime_table
 from decobench.reports.render import (
@@ -149,6 +150,7 @@ def build(rs: RunSet) -> tuple[list[Block], list[Table], list[figs.FigureFile]]:
     figures: list[figs.FigureFile] = []
     blocks: list[Block] = header(rs)
     groups = theory.analyse(runs)
+    robust_groups = robust.analyse(runs)
     blocks.append(Heading(2, "Claims"))
     if runs and all(r.role == "other" for r in runs):
         blocks.append(Para("None of these runs is evidence for the paper's claims (every "
@@ -156,7 +158,7 @@ def build(rs: RunSet) -> tuple[list[Block], list[Table], list[figs.FigureFile]]:
                            "there is no claims table; the shipped suites' reports have one "
                            "(docs/suites.md)."))
     else:
-        claims = claims_table(runs, groups)
+        claims = claims_table(runs, groups, robust_groups)
         tables.append(claims)
         blocks.append(TableBlock(claims))
         blocks += rules(runs)
@@ -250,6 +252,33 @@ def build(rs: RunSet) -> tuple[list[Block], list[Table], list[figs.FigureFile]]:
     else:
         blocks.append(_skip("no static DD-EF-SGD grid in these runs (dd-ef-sgd at two or "
                             "more (δ, τ) pairs for one task, condition and workers)"))
+
+    blocks.append(Heading(2, "Robust planner: deco-sgd-robust against the per-seed oracle"))
+    if robust_groups:
+        blocks.append(Para(
+            "This project's check of deco-sgd-robust (issue 42; "
+            "docs/methods/deco-sgd-robust.md) on the `robust` runs. The oracle is formed per "
+            "seed: for each seed, the static DD-EF-SGD (δ, τ) pair of the grid with the lowest "
+            "time to target among that seed's grid runs that reached it (ties: fewer "
+            "iterations, smaller δ, smaller τ), in hindsight. Each label's ratio is its median "
+            "TTT over the median of the oracle TTTs of the seeds both have, with a 95% "
+            "interval (paired bootstrap over those seeds). The targets are issue 42's point 5 "
+            f"on medians: (a) within 5% of the oracle where the bandwidth's coefficient of "
+            f"variation (CV, over the trace's period) is {robust.CONSTANT_CV:g} or more; (b) "
+            f"at least {robust.DECO_GAIN:g}x faster than deco-sgd where it is "
+            f"{robust.VARYING_CV:g} or more; (c) never slower than {robust.CONSTANT_FLOOR:g}x "
+            "of deco-sgd on constant links; (d) never below the paper's static strategy "
+            "(cocktail-sgd-topk). The diurnal family is held out: no constant of the planner "
+            "was tuned on it."))
+        add_table(robust.oracle_table(robust_groups))
+        add_table(robust.targets_table(robust_groups))
+        add_figures(figs.robust_plans(robust_groups, palette))
+    elif any(r.role == robust.ROLE for r in runs):
+        blocks.append(_skip("no static DD-EF-SGD grid among the robust runs (dd-ef-sgd at two "
+                            "or more (δ, τ) pairs for one task, condition and workers)"))
+    else:
+        blocks.append(_skip("no robust runs (role `robust`: the robust-planner suite, "
+                            "deco-sgd-robust beside a static DD-EF-SGD grid)"))
 
     blocks.append(Heading(2, "Where the time goes"))
     add_table(time_table(runs))

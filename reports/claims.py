@@ -6,8 +6,9 @@ a claim whose runs are missing says ``not run`` and names the shipped suites tha
 Which runs a claim reads is decided by their role (``Run.role``: the suite experiment's
 ``role``, else inferred): ``main`` and ``table1`` runs for the speed-up claims, ``table1``
 for "fastest in every Table-1 condition", ``scaling`` for the workers claim, the static
-(δ, τ) grid for the theory claims. Regime-map runs (networks given by ratios) never enter
-the paper's claims: they have their own section.
+(δ, τ) grid for the theory claims, ``robust`` runs for this project's check of
+deco-sgd-robust against the per-seed oracle (:mod:`decobench.reports.robust`). Regime-map
+runs (networks given by ratios) never enter the paper's claims: they have their own section.
 
 Rules (each claim's row repeats its own; docs/reports.md "Claims" states each):
 
@@ -47,7 +48,10 @@ from typing import Any
 
 from decobench.clock.topology import topology_factors
 from decobench.errors import DecobenchError
+from decobench.netem.families import HELD_OUT, TUNING
 from decobench.netem.pack import PAPER_PROFILES
+from decobench.reports import robust
+from decobench.reports.robust import RobustGroup
 from decobench.reports.runs import Run, as_float
 from decobench.reports.speedup import Speedup, speedup_of
 from decobench.reports.stats import (
@@ -117,6 +121,7 @@ SUITES_WITH = {
     "scaling": ("cpu-paper", "scaling"),
     "theory": ("cpu-paper", "theory"),
     "throughput": ("cpu-paper", "paper"),
+    "robust": ("robust-planner",),
 }
 """Shipped suites that hold the runs of each kind of claim (named when a claim is not run;
 tests/test_report_claims.py checks that each suite has such an experiment)."""
@@ -859,8 +864,57 @@ def oracle_distance(groups: Sequence[TheoryGroup]) -> ClaimRow:
     return _on_data(used, row)
 
 
-def claim_rows(runs: Sequence[Run], groups: Sequence[TheoryGroup]) -> list[ClaimRow]:
-    """Every claim, in the paper's order, then this project's own check."""
+def robust_within_oracle(groups: Sequence[RobustGroup]) -> ClaimRow:
+    claim = (f"(this project's check) {robust.ROBUST} comes within 5% of the best static "
+             "(δ, τ) in hindsight on every varying condition")
+    paper = "not a paper claim"
+    rule = (f"per varying condition of the `robust` runs (bandwidth CV >= "
+            f"{robust.CONSTANT_CV:g}), median TTT of {robust.ROBUST} over the median of the "
+            "per-seed oracle's (each seed's best static dd-ef-sgd pair in hindsight), over the "
+            "seeds both have, with a 95% interval (paired bootstrap over seeds); reproduced "
+            f"when <= {robust.ORACLE_LIMIT:g}x in every varying condition, partly in some, else "
+            f"not reproduced; held out from tuning: {', '.join(HELD_OUT)}, tuning "
+            f"families: {', '.join(TUNING)}; other conditions (the bundled pack) were "
+            "never tuned on")
+    found = [(g, a) for g in groups if g.varying for a in g.against if a.label == robust.ROBUST]
+    if not found:
+        return _not_run(claim, paper, "robust", f"robust-role runs of {robust.ROBUST} beside a "
+                        "static dd-ef-sgd grid on a varying condition", rule)
+    close = [a.ratio is not None and not a.ratio.censored and a.ratio.value <= robust.ORACLE_LIMIT
+             for _, a in found]
+    verdict = REPRODUCED if all(close) else PARTLY if any(close) else NOT_REPRODUCED
+
+    def badness(item: tuple[RobustGroup, robust.Against]) -> tuple[bool, bool, float]:
+        r = item[1].ratio
+        return (r is None, r is not None and r.censored, r.value if r else math.inf)
+
+    worst_g, worst = max(found, key=badness)
+
+    def text(a: robust.Against) -> str:
+        return "n/a (no oracle)" if a.ratio is None else a.ratio.text("{:.2f}x")
+
+    held = [ok for (g, _), ok in zip(found, close, strict=True) if g.held_out]
+    held_text = (f"; held out ({', '.join(sorted({g.key[1] for g, _ in found if g.held_out}))}):"
+                 f" {sum(held)} of {len(held)}" if held else "; no held-out condition here")
+    used = [r for g, _ in found for r in g.runs()]
+    row = ClaimRow(claim, paper, f"{len(found)} varying condition(s): "
+                   + ", ".join(_cell_name(g.key) + f" ({g.split})" for g, _ in found),
+                   _seeds(used),
+                   f"worst {worst_g.key[1]}: {text(worst)} the oracle's TTT; within 5% in "
+                   f"{sum(close)} of {len(found)} varying condition(s){held_text}",
+                   "; ".join(f"{g.key[1]} {text(a)}" for g, a in found),
+                   resolution_text(relative_resolution(used)), verdict, rule,
+                   None if worst.ratio is None else worst.ratio.value, "ratio",
+                   interval=interval_text(worst.interval) + f" ({worst_g.key[1]})")
+    return _on_data(used, row)
+
+
+def claim_rows(runs: Sequence[Run], groups: Sequence[TheoryGroup],
+               robust_groups: Sequence[RobustGroup] | None = None) -> list[ClaimRow]:
+    """Every claim, in the paper's order, then this project's own checks (``robust_groups``:
+    :func:`decobench.reports.robust.analyse` of ``runs``, computed here when not given)."""
+    if robust_groups is None:
+        robust_groups = robust.analyse(runs)
     return [
         up_to(runs, D_SGD, 5.07, "DeCo-SGD up to 5.07x faster than D-SGD (time to target)"),
         up_to(runs, STATIC, 1.37, "DeCo-SGD up to 1.37x faster than the static strategy "
@@ -874,6 +928,7 @@ def claim_rows(runs: Sequence[Run], groups: Sequence[TheoryGroup]) -> list[Claim
         staleness_amplifies(groups),
         dsgd_collapse(runs),
         oracle_distance(groups),
+        robust_within_oracle(robust_groups),
     ]
 
 
@@ -881,8 +936,9 @@ COLUMNS = ("claim", "paper", "condition", "seeds", "ours", "95% interval", "rang
            "data", "regime", "TTT resolution", "verdict", "how judged")
 
 
-def claims_table(runs: Sequence[Run], groups: Sequence[TheoryGroup]) -> Table:
-    rows = tuple(row.as_row() for row in claim_rows(runs, groups))
+def claims_table(runs: Sequence[Run], groups: Sequence[TheoryGroup],
+                 robust_groups: Sequence[RobustGroup] | None = None) -> Table:
+    rows = tuple(row.as_row() for row in claim_rows(runs, groups, robust_groups))
     return Table("claims", "Claims of the paper and what this suite measured", COLUMNS, rows,
                  ("value", "value_kind"),
                  note="Every figure comes from the runs below (medians over seeds; the range "

@@ -10,6 +10,8 @@ drawn under a fixed ``rc_context`` with ``svg.hashsalt`` set; PNGs are saved wit
 - scaling: median time to target and speed-up over d-sgd against workers;
 - adaptivity: the trace's bandwidth with DeCo's δ (log) and τ (steps) on one time axis;
 - theory: heat map of median iterations over the (δ, τ) grid and Φ against iterations;
+- robust plans: one varying condition's bandwidth with deco-sgd's and deco-sgd-robust's δ
+  (log) and τ, and the seed's oracle pair dashed (:mod:`decobench.reports.robust`);
 - regime map: DeCo-SGD's speed-up over the (ρ, λ) grid with the paper's figures as contours.
 """
 
@@ -27,6 +29,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from decobench.netem.trace import TraceError, load_trace
+from decobench.reports import robust as rb
 from decobench.reports.regime_map import BASELINES, PAPER_FIGURES, RegimeMap
 from decobench.reports.runs import Run, as_float
 from decobench.reports.stats import step_band
@@ -280,6 +283,59 @@ def theory(groups: Sequence[TheoryGroup]) -> list[FigureFile]:
                           f"Φ check: {task}, {condition}, {workers} workers", caption,
                           (8.0, 3.6), draw))
     return out
+
+
+# ---------------------------------------------------------------------------- robust plans
+def _plan_rows(run: Run, key: str) -> tuple[list[float], list[float]]:
+    rows = [row for row in run.metrics if as_float(row.get(key)) is not None
+            and as_float(row.get("sim_time_s")) is not None]
+    return [float(row["sim_time_s"]) for row in rows], [float(row[key]) for row in rows]
+
+
+def robust_plans(groups: Sequence[rb.RobustGroup], palette: dict[str, str]) -> list[FigureFile]:
+    """``robust_plans``: for the condition and seed of :func:`decobench.reports.robust.plan_choice`,
+    the bandwidth deco-sgd-robust's run logged (``bandwidth_mbps``), then δ (log) and τ of
+    deco-sgd and deco-sgd-robust against simulated time, the seed's oracle pair dashed."""
+    choice = rb.plan_choice(groups)
+    if choice is None:
+        return []
+    g, seed = choice
+    runs = [min((r for r in a.runs if r.seed == seed), key=lambda r: r.rel)
+            for a in (g.of(rb.DECO), g.of(rb.ROBUST)) if a is not None]
+    robust = runs[1]                           # plan_choice: both labels ran this seed
+    oracle = next(o for o in g.oracles if o.seed == seed)
+
+    def draw(fig: Figure) -> None:
+        bw, dl, ta = fig.subplots(3, 1, sharex=True)
+        xs, ys = _plan_rows(robust, "bandwidth_mbps")
+        bw.step(xs, ys, where="post", color="black")
+        bw.set_ylabel("bandwidth (Mbit/s)")
+        for r in runs:
+            for ax, key in ((dl, "delta"), (ta, "tau")):
+                t, v = _plan_rows(r, key)
+                ax.step(t, v, where="post", color=palette[r.label], label=r.label)
+        if oracle.pair is not None:
+            name = f"oracle of seed {seed} (δ {oracle.pair[0]:g}, τ {oracle.pair[1]})"
+            dl.axhline(oracle.pair[0], color="black", linestyle="--", linewidth=0.8,
+                       label=name)
+            ta.axhline(oracle.pair[1], color="black", linestyle="--", linewidth=0.8,
+                       label=name)
+        dl.set_yscale("log")
+        dl.set_ylabel("δ (compression ratio)")
+        ta.set_ylabel("τ (staleness, iterations)")
+        ta.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ta.set_xlabel("simulated time (s)")
+        dl.legend(loc="best")
+
+    task, condition, workers = g.key
+    caption = (f"{condition} (bandwidth CV {rb.link_text(g.cv)}), seed {seed}: bandwidth as "
+               f"{robust.rel} logged it per iteration; δ and τ from metrics.jsonl of "
+               + ", ".join(f"{r.rel}" for r in runs) + "; dashed: "
+               + ("no static pair reached the target on this seed" if oracle.pair is None
+                  else f"the seed's oracle pair (δ {oracle.pair[0]:g}, τ {oracle.pair[1]})")
+               + ".")
+    return [render("robust_plans", f"Plans against the link: {task}, {condition}, {workers} "
+                   f"workers, seed {seed}", caption, (6.4, 5.6), draw)]
 
 
 # ------------------------------------------------------------------------------- regime map

@@ -90,10 +90,11 @@ def test_without_runs_every_claim_is_not_run_and_names_its_suites(tmp_path):
     run_dir(tmp_path, method="accordion")
     runs = load_runs(tmp_path).runs
     rows = claim_rows(runs, analyse(runs))
-    assert len(rows) == 9
+    assert len(rows) == 10
     for row in rows:
         assert row.verdict == NOT_RUN
-        assert "runs are in the suites" in row.rule and "`cpu-paper`" in row.rule
+        assert "runs are in the suites" in row.rule
+        assert ("`robust-planner`" if "deco-sgd-robust" in row.claim else "`cpu-paper`") in row.rule
         assert all(str(v).strip() for v in row.as_row().values() if v is not None)
 
 
@@ -357,7 +358,7 @@ def test_staleness_amplifies_and_oracle_distance(tmp_path):
                     options={"delta": delta, "tau": tau})
     assert by_start(close, "Staleness amplifies").verdict == INCONCLUSIVE
     assert "x3.00 at δ = 0.01" in row.ours and "x1.20 at δ = 0.1" in row.ours
-    oracle = by_start(tmp_path, "(this project's check)")
+    oracle = by_start(tmp_path, "(this project's check) DeCo-SGD")
     assert oracle.value == pytest.approx(1.1) and oracle.verdict == REPRODUCED
 
 
@@ -421,7 +422,7 @@ def test_regime_map_cells_and_report_sections(tmp_path):
     assert text.index("## Claims") < text.index("## Rules") < text.index("## Regime map")
     assert "regime-map__cnn-fmnist__w4" in out.figures
     verdicts = [row["verdict"] for row in out.rows["claims"]]
-    assert len(verdicts) == 9 and set(verdicts) <= set(VERDICTS)
+    assert len(verdicts) == 10 and set(verdicts) <= set(VERDICTS)
 
 
 def _paper_view(latency_ms: float, bandwidth_mbps: float, rho: float, lam: float) -> dict:
