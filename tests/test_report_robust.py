@@ -98,6 +98,14 @@ def test_the_oracle_is_per_seed_and_the_ratio_over_shared_seeds(tmp_path):
     # the theory section's oracle is the lowest median instead: (0.1, 0) at 60 s
     (t,) = theory_analyse(load_runs(tmp_path).runs)
     assert (t.oracle.delta, t.oracle.tau, t.oracle.ttt.value) == (0.1, 0, 60.0)
+    # ... which the table shows beside the per-seed oracle: on seeds 0, 1 (60 + 40) / 2 = 50 s
+    # against the oracle's 45 s, 1.11x: the per-seed minimum's advantage over any one pair
+    best = g.best_pair
+    assert best.label == "dd-ef-sgd-delta0.1-tau0 (best single pair)"
+    assert best.ttt == Obs(60.0) and best.paired == (0, 1)
+    assert best.ratio.value == pytest.approx(50 / 45)
+    rows = robust.oracle_table([g]).rows
+    assert rows[-1]["strategy"] == best.label and rows[-1]["TTT / oracle TTT"] == "1.11x"
 
 
 def test_the_cv_classes_read_each_seeds_trace_under_the_results_folder(tmp_path):
