@@ -277,6 +277,10 @@ def test_network_plan_takes_the_emulated_network_and_the_simulated_compute_time(
         plan(454922, 2, 0.0327, 20.7e6, 0.2016, topology="ring", phi=get_phi("paper")))
     assert network_plan(emulated[:1], simulated, options, 454922, 2, "ring") is None
     assert network_plan(emulated, simulated, SimpleNamespace(), 454922, 2, "ring") is None
+    # deco-sgd-robust plans from windows of samples, not from one â and b̂: no such plan
+    from decobench.methods.robust import RobustDecoOptions
+
+    assert network_plan(emulated, simulated, RobustDecoOptions(), 454922, 2, "ring") is None
 
 
 def test_fidelity_reads_the_emulated_runs_link_counters(tmp_path):

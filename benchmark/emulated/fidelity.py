@@ -201,12 +201,15 @@ def network_plan(emulated: Sequence[dict[str, Any]], planned: Sequence[dict[str,
     """The plan DeCo's planner (docs/design.md §5) makes from the emulated run's first â and b̂
     with the simulated run's first T̂: the first-plan comparison with the compute time taken
     out, so it tests only what the two backends measure of the network. ``options``: the
-    method's planner options (None, or a method without them: no plan)."""
+    method's planner options (None, or a method without them: no plan). ``deco-sgd-robust``
+    plans from windows of samples, not from one â and b̂, so it has no such plan either."""
+    from decobench.methods.robust import RobustDecoOptions
     from decobench.planning.phi import get_phi
     from decobench.planning.planner import plan
 
     e, p = _first_plan_row(emulated), _first_plan_row(planned)
-    if e is None or p is None or not hasattr(options, "phi"):
+    if (e is None or p is None or not hasattr(options, "phi")
+            or isinstance(options, RobustDecoOptions)):
         return None
     chosen = plan(d, workers, float(p["plan_compute_ms"]) / 1e3,
                   float(e["plan_bandwidth_mbps"]) * 1e6, float(e["plan_latency_ms"]) / 1e3,

@@ -18,9 +18,9 @@ class StaticOptions(MethodOptions):
                      "computed at iteration t is applied at t + τ")
 
 
-class PlannerOptions(MethodOptions):
-    """The DeCo planner's knobs (docs/design.md §5), shared by DeCo-SGD and by CocktailSGD,
-    whose static (δ, τ) is DeCo's first plan."""
+class PlanModelOptions(MethodOptions):
+    """The knobs of DeCo's plan model (docs/design.md §5): what a plan may choose and how it
+    scores a pair; shared by every planner, the EWMA estimator's weight aside."""
 
     tau_max: int = Field(32, ge=0, le=1000, description="largest staleness the planner considers")
     delta_min: float = Field(1e-4, gt=0, le=1, description="smallest compression ratio δ "
@@ -34,12 +34,18 @@ class PlannerOptions(MethodOptions):
                                         "(docs/deco-planner.md)")
     initial_delta: float = Field(0.01, gt=0, le=1, description="δ of the first iteration, "
                                  "sent before any measurement exists (it is the probe)")
-    estimator_alpha: float = Field(0.3, gt=0, le=1, description="EWMA weight of the newest "
-                                   "measurement of bandwidth, latency and compute time")
     planner: Literal["paper", "time-to-accuracy"] = Field(
         "paper", description="'paper' = Algorithm 1 (bubble-free pairs, minimal Φ); "
         "'time-to-accuracy' = minimise T_avg·(1 + κ·sqrt(Φ)) over every (δ, τ), bubble-free or "
         "not, this project's alternative (docs/deco-planner.md)")
+
+
+class PlannerOptions(PlanModelOptions):
+    """The DeCo planner's knobs (docs/design.md §5), shared by DeCo-SGD and by CocktailSGD,
+    whose static (δ, τ) is DeCo's first plan: the plan model's and the EWMA estimator's."""
+
+    estimator_alpha: float = Field(0.3, gt=0, le=1, description="EWMA weight of the newest "
+                                   "measurement of bandwidth, latency and compute time")
 
 
 class DecoOptions(PlannerOptions):

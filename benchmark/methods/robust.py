@@ -13,12 +13,17 @@ What changes against DeCo-SGD, each piece with an off switch:
   leaves the planned one by more than the factor, or the window sees a new level;
 - a period from the measured rate of change (``--adaptive-interval``): F between
   ``--interval-min`` and ``--deco-interval``;
-- τ by time to accuracy (``--planner time-to-accuracy``, off by default).
+- τ by time to accuracy (``--planner time-to-accuracy``, the default; ``--planner paper``
+  is Algorithm 1's rule) with the Φ model ``ef`` (``--phi``): both chosen on the tuning
+  trace families (suite ``robust-tuning``); the iteration model's constants are not fitted
+  online.
+
+The windows' medians replace DeCo's EWMA, so the variant has no ``--estimator-alpha``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -26,16 +31,26 @@ from decobench.compression.compressors import TopKCompressor
 from decobench.methods.base import Method, MethodContext, Observation
 from decobench.methods.controllers import Schedule, plan_fields
 from decobench.methods.ddefsgd import DDEFSGD
-from decobench.methods.options import PlannerOptions
+from decobench.methods.options import PlanModelOptions
 from decobench.planning.estimators import NetworkEstimate
 from decobench.planning.phi import PhiModel, get_phi
 from decobench.planning.planner import Plan
 from decobench.planning.robust import SampleWindow, level_changed, replan_period, robust_plan
 
 
-class RobustDecoOptions(PlannerOptions):
+class RobustDecoOptions(PlanModelOptions):
     """deco-sgd-robust: DeCo-SGD planning for the bandwidth's recent distribution, re-planning
-    on change (this project's variant, not the paper's)."""
+    on change (this project's variant, not the paper's). The objective and Φ defaults were
+    chosen on the tuning trace families (docs/methods/deco-sgd-robust.md "Tuning")."""
+
+    planner: Literal["paper", "time-to-accuracy"] = Field(
+        "time-to-accuracy", description="'time-to-accuracy' (default) = minimise "
+        "mean_i T_avg·(1 + κ·sqrt(Φ)) over every (δ, τ) (grid ∪ each τ's edge of the bubble "
+        "share); 'paper' = among the τ whose edge meets the bubble share, the least Φ "
+        "(Algorithm 1's rule)")
+    phi: Literal["paper", "ef"] = Field("ef", description="Φ model; 'ef' (default) = τ + "
+                                        "0.003·(1−δ)/(δ(1−δ)^τ); 'paper' = τ + "
+                                        "(1−δ)/(δ(1−δ)^τ) (docs/deco-planner.md)")
 
     deco_interval: int = Field(100, ge=1, description="the longest re-plan period F in "
                                "iterations (the paper's F = 100)")
