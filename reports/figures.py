@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import matplotlib
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
@@ -54,6 +55,16 @@ class FigureFile:
     png: bytes
     svg: bytes
 
+
+
+def _plan_axes(dl: Axes, ta: Axes) -> None:
+    """Label a figure's δ panel (log scale) and τ panel (integer ticks, simulated time)."""
+    dl.set_yscale("log")
+    dl.set_ylabel("δ (compression ratio)")
+    ta.set_ylabel("τ (staleness, iterations)")
+    ta.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ta.set_xlabel("simulated time (s)")
+    dl.legend(loc="best")
 
 def slug(*parts: object) -> str:
     return "__".join(re.sub(r"[^A-Za-z0-9._-]+", "-", str(p)).strip("-") or "x" for p in parts)
@@ -212,12 +223,7 @@ def adaptivity(runs: Sequence[Run], palette: dict[str, str]) -> list[FigureFile]
                         color=palette[r.label], label=name)
                 ta.step(t, [float(row["tau"]) for row in rows], where="post",
                         color=palette[r.label], label=name)
-            dl.set_yscale("log")
-            dl.set_ylabel("δ (compression ratio)")
-            ta.set_ylabel("τ (staleness, iterations)")
-            ta.yaxis.set_major_locator(MaxNLocator(integer=True))
-            ta.set_xlabel("simulated time (s)")
-            dl.legend(loc="best")
+            _plan_axes(dl, ta)
 
         caption = (f"Bandwidth from {where}; δ and τ from metrics.jsonl of "
                    + ", ".join(f"{r.rel} (seed {r.seed})" for r in deco) + ".")
@@ -320,12 +326,7 @@ def robust_plans(groups: Sequence[rb.RobustGroup], palette: dict[str, str]) -> l
                        label=name)
             ta.axhline(oracle.pair[1], color="black", linestyle="--", linewidth=0.8,
                        label=name)
-        dl.set_yscale("log")
-        dl.set_ylabel("δ (compression ratio)")
-        ta.set_ylabel("τ (staleness, iterations)")
-        ta.yaxis.set_major_locator(MaxNLocator(integer=True))
-        ta.set_xlabel("simulated time (s)")
-        dl.legend(loc="best")
+        _plan_axes(dl, ta)
 
     task, condition, workers = g.key
     caption = (f"{condition} (bandwidth CV {rb.link_text(g.cv)}), seed {seed}: bandwidth as "
