@@ -53,7 +53,7 @@ from decobench.reports.stats import (
     speedup_interval,
 )
 from decobench.reports.tables import Table, cell_key, fmt_s, group
-from decobench.reports.theory import GRID_METHOD, grid_pair
+from decobench.reports.theory import GRID_METHOD, grid_pair, rank_value
 from decobench.runs.rundir import TRACE_CSV
 
 ROLE = "robust"
@@ -157,16 +157,12 @@ class RobustGroup:
 
 
 # ------------------------------------------------------------------------------ the oracle
-def _rank(obs: Obs) -> float:
-    return math.inf if obs.censored else obs.value
-
-
 def seed_oracle(seed: int, grid_runs: Sequence[Run]) -> SeedOracle:
     """The oracle of one seed among its grid runs (module docstring's tie rule)."""
     reached = [r for r in grid_runs if r.seed == seed and not r.ttt.censored]
     if not reached:
         return SeedOracle(seed, None, None)
-    best = min(reached, key=lambda r: (r.ttt.value, _rank(r.iters), *grid_pair(r), r.rel))
+    best = min(reached, key=lambda r: (r.ttt.value, rank_value(r.iters), *grid_pair(r), r.rel))
     return SeedOracle(seed, grid_pair(best), best)
 
 
@@ -348,7 +344,7 @@ def analyse(runs: Sequence[Run]) -> list[RobustGroup]:
         cv, cv_seeds = condition_cv(rs)
         found = {a.label: a for a in against}
         by_pair = group(grid_runs, grid_pair)
-        best = min(by_pair, key=lambda p: (_rank(median([r.ttt for r in by_pair[p]])), p))
+        best = min(by_pair, key=lambda p: (rank_value(median([r.ttt for r in by_pair[p]])), p))
         best_label = f"{by_pair[best][0].label} (best single pair)"
         out.append(RobustGroup(
             key=key, oracles=oracles, against=against, cv=cv, cv_seeds=cv_seeds,

@@ -99,7 +99,8 @@ def phi_value(name: str, delta: float, tau: int) -> float:
         return math.nan
 
 
-def _rank_value(obs: Obs) -> float:
+def rank_value(obs: Obs) -> float:
+    """An observation's place in a ranking: its value, a censored one (not reached) last."""
     return math.inf if obs.censored else obs.value
 
 
@@ -107,7 +108,7 @@ def _oracle(cells: Sequence[GridCell]) -> GridCell | None:
     reached = [c for c in cells if not c.ttt.censored]
     if not reached:
         return None
-    return min(reached, key=lambda c: (c.ttt.value, _rank_value(c.iters), c.delta, c.tau))
+    return min(reached, key=lambda c: (c.ttt.value, rank_value(c.iters), c.delta, c.tau))
 
 
 def analyse(runs: Sequence[Run]) -> list[TheoryGroup]:
@@ -130,7 +131,7 @@ def analyse(runs: Sequence[Run]) -> list[TheoryGroup]:
         rho = {}
         for n in phi_names:
             usable = [c for c in cells if not math.isnan(c.phi[n])]
-            rho[n] = spearman([c.phi[n] for c in usable], [_rank_value(c.iters) for c in usable])
+            rho[n] = spearman([c.phi[n] for c in usable], [rank_value(c.iters) for c in usable])
         oracle = _oracle(cells)
         compared = []
         for label, lr in group(compared_runs, lambda r: r.label).items():
