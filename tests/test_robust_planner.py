@@ -7,11 +7,13 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
+from decobench.cli.main import main
 from decobench.clock.topology import topology_factors
 from decobench.errors import DecobenchError
 from decobench.methods.base import Observation
-from decobench.methods.robust import RobustDecoController, RobustDecoOptions
+from decobench.methods.robust import RobustDecoController, RobustDecoOptions, UpdateNoiseMeter
 from decobench.planning.phi import phi_paper
 from decobench.planning.planner import plan
 from decobench.planning.robust import (
@@ -19,6 +21,7 @@ from decobench.planning.robust import (
     largest_count_within,
     replan_period,
     robust_plan,
+    theorem1_kappa,
 )
 
 
@@ -160,3 +163,73 @@ def test_a_drop_replans_at_once_and_the_switch_turns_it_off():
             _observe(controller, i, 5e6)
         controller.schedule(10)
         assert controller.log().get("plan_reason") == expected
+
+
+def test_theorem1_kappa_by_hand():
+    # κ = sqrt(n · ĝ² / v̂): n = 4, ĝ² = 0.25, v̂ = 1 -> 1; n = 8, ĝ² = 2, v̂ = 4 -> 2
+    assert theorem1_kappa(0.25, 1.0, 4) == pytest.approx(1.0)
+    assert theorem1_kappa(2.0, 4.0, 8) == pytest.approx(2.0)
+    assert theorem1_kappa(-0.1, 1.0, 4) == 0.0          # noise dominates: staleness is cheap
+    with pytest.raises(DecobenchError, match="noise > 0"):
+        theorem1_kappa(1.0, 0.0, 4)
+
+
+def test_update_meter_by_hand():
+    meter = UpdateNoiseMeter(window=2)
+    meter.add(torch.tensor([1.0, 0.0]))
+    meter.add(torch.zeros(2))                   # nothing applied: skipped, not a pair
+    assert meter.kappa(2, 1) is None
+    meter.add(torch.tensor([1.0, 2.0]))
+    # ⟨u2, u1⟩ = 1, ||u2 − u1||²/2 = 2 -> κ = sqrt(2 · 1 / 2) = 1
+    assert meter.kappa(2, 1) == pytest.approx(1.0)
+    assert meter.kappa(2, 2) is None            # fewer pairs than asked for
+    meter.add(torch.tensor([3.0, 2.0]))
+    # second pair: ⟨u3, u2⟩ = 7, ||u3 − u2||²/2 = 2; means 4 and 2 -> κ = sqrt(2 · 4 / 2) = 2
+    assert meter.kappa(2, 2) == pytest.approx(2.0)
+
+
+def test_the_theorem1_model_sets_kappa_and_fixed_keeps_the_flag():
+    fixed = _controller(kappa=0.7, iteration_model="fixed")
+    fitted = _controller(kappa=0.7)                      # theorem-1, the default
+    for controller in (fixed, fitted):
+        for i in range(3):
+            _observe(controller, i, 20e6)
+        for u in ([1.0, 0.0], [1.0, 2.0], [3.0, 2.0], [3.0, 4.0]):
+            controller.observe_update(torch.tensor(u))
+        controller.schedule(4)
+    assert fixed.log()["plan_kappa"] == 0.7
+    # pairs (1, 2), (7, 2), (17, 2): means 25/3 and 2 -> κ = sqrt(4 · 25/3 / 2)
+    assert fitted.log()["plan_kappa"] == pytest.approx(math.sqrt(4 * 25 / 3 / 2))
+    before = _controller(kappa=0.7)
+    for i in range(3):
+        _observe(before, i, 20e6)
+    before.schedule(3)
+    assert before.log()["plan_kappa"] == 0.7    # no updates measured yet: --kappa
+
+
+def test_the_variant_refuses_the_ewma_weight(capsys):
+    assert main(["run", "--task", "cnn-fmnist", "--method", "deco-sgd-robust",
+                 "--estimator-alpha", "0.5", "--trace", "wan-200ms-lowbw-varying"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "--estimator-alpha" in error[0]
+
+
+def test_a_run_measures_kappa_from_its_updates_and_repeats_itself(tmp_path, fmnist_root):
+    import json
+
+    def run(out):
+        assert main(["run", "--task", "cnn-fmnist", "--method", "deco-sgd-robust",
+                     "--workers", "2", "--trace", "wan-200ms-lowbw-varying",
+                     "--max-iters", "40", "--eval-every", "40", "--deco-interval", "10",
+                     "--adaptive-interval", "false", "--data-root", str(fmnist_root),
+                     "--out", str(out), "--no-wandb", "--no-progress"]) == 0
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        for row in rows:
+            row.pop("wall_time_s", None)
+        return rows
+
+    rows = run(tmp_path / "a")
+    kappas = [row["plan_kappa"] for row in rows if "plan_kappa" in row]
+    assert kappas[0] == 1.0                     # the first plan: no pairs yet, --kappa
+    assert len(kappas) > 2 and all(k != 1.0 and k >= 0 for k in kappas[1:])
+    assert rows == run(tmp_path / "b")          # a fixed seed gives the same metrics

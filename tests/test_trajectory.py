@@ -179,6 +179,11 @@ def test_what_is_never_reused_says_why(fmnist_root, tmp_path, monkeypatch):
     monkeypatch.setattr(METHODS, "registered", dict(METHODS.registered))   # this test only
     register_method(MethodSpec("outside-dsgd", spec.summary, spec.options, spec.build))
     assert "does not declare" in why("outside-dsgd")
+    # the Theorem-1 iteration model reads the applied updates: no trajectory is shared
+    assert "read the training" in why("deco-sgd-robust")
+    assert reuse_key(prepare(_config(fmnist_root, tmp_path, "deco-sgd-robust",
+                                     {"trace": "constant-20mbps-100ms"},
+                                     method_options={"iteration_model": "fixed"})))[0] is not None
 
 
 def test_a_trajectory_with_another_key_is_refused(tmp_path, fmnist_root):

@@ -52,8 +52,11 @@ def deco_sgd_decisions(context: MethodContext, options: DecoOptions) -> Decision
 
 
 def deco_sgd_robust_decisions(context: MethodContext,
-                              options: RobustDecoOptions) -> DecisionPolicy:
-    """deco-sgd-robust's (δ_t, τ_t), as :func:`build_deco_sgd_robust` makes them."""
+                              options: RobustDecoOptions) -> DecisionPolicy | None:
+    """deco-sgd-robust's (δ_t, τ_t), as :func:`build_deco_sgd_robust` makes them; None with
+    the Theorem-1 iteration model, whose κ is measured from the applied updates."""
+    if options.iteration_model != "fixed":
+        return None
     return ControllerDecisions(robust_controller(context, options),
                                lambda delta: TopKCompressor().size(delta, context.d))
 

@@ -246,7 +246,9 @@ class MethodSpec:
     :class:`~decobench.methods.decisions.DecisionPolicy`, so a sweep trains one trajectory
     for every network condition that leads to the same decisions
     (:mod:`decobench.methods.decisions`); None (the default): unknown, every condition trains
-    its own. The context it gets has ``d``, ``workers``, ``topology``, ``optimizer``,
+    its own. The factory itself may return None for options whose decisions also read the
+    training (deco-sgd-robust's Theorem-1 iteration model reads the applied updates): those
+    runs train their own trajectory too. The context it gets has ``d``, ``workers``, ``topology``, ``optimizer``,
     ``seed`` and ``max_iters`` (the data are not loaded yet: ``param_shapes`` is empty).
 
     ``learner``: a name for the model side of methods that differ only in how they decide

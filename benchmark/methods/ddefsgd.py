@@ -64,5 +64,9 @@ class DDEFSGD(Method):
     def receive(self, iteration: int, params: Tensor, due: Sequence[Due]) -> dict[str, Any]:
         """The aggregation half: u_t = Σ of the updates due at ``iteration`` (each already
         the mean over the n workers), then x_{t+1} = optimizer step on u_t."""
-        self.optimizer.step(params, summed(due, torch.zeros_like(params)), iteration)
+        update = summed(due, torch.zeros_like(params))
+        observe_update = getattr(self.controller, "observe_update", None)
+        if observe_update is not None and len(due) == 1:   # one source iteration's u_t
+            observe_update(update)
+        self.optimizer.step(params, update, iteration)
         return {}

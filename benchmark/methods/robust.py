@@ -15,17 +15,23 @@ What changes against DeCo-SGD, each piece with an off switch:
   ``--interval-min`` and ``--deco-interval``;
 - τ by time to accuracy (``--planner time-to-accuracy``, the default; ``--planner paper``
   is Algorithm 1's rule) with the Φ model ``ef`` (``--phi``): both chosen on the tuning
-  trace families (suite ``robust-tuning``); the iteration model's constants are not fitted
-  online.
+  trace families (suite ``robust-tuning``);
+- the objective's κ from the paper's Theorem 1 (``--iteration-model theorem-1``, the
+  default): ``κ = sqrt(n ĝ²/v̂)`` with ĝ² and v̂ measured online from the applied updates
+  (:class:`UpdateNoiseMeter`); ``fixed`` keeps ``--kappa``. Φ_ef's δ₀ stays the constant
+  calibrated offline (docs/deco-planner.md).
 
 The windows' medians replace DeCo's EWMA, so the variant has no ``--estimator-alpha``.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any, Literal
 
+import torch
 from pydantic import Field
+from torch import Tensor
 
 from decobench.compression.compressors import TopKCompressor
 from decobench.methods.base import Method, MethodContext, Observation
@@ -35,7 +41,13 @@ from decobench.methods.options import PlanModelOptions
 from decobench.planning.estimators import NetworkEstimate
 from decobench.planning.phi import PhiModel, get_phi
 from decobench.planning.planner import Plan
-from decobench.planning.robust import SampleWindow, level_changed, replan_period, robust_plan
+from decobench.planning.robust import (
+    SampleWindow,
+    level_changed,
+    replan_period,
+    robust_plan,
+    theorem1_kappa,
+)
 
 
 class RobustDecoOptions(PlanModelOptions):
@@ -67,6 +79,11 @@ class RobustDecoOptions(PlanModelOptions):
                                  "keep every sample)")
     min_samples: int = Field(3, ge=1, description="measurements of each quantity before the "
                              "first plan (the probe δ and τ = 0 until then)")
+    iteration_model: Literal["theorem-1", "fixed"] = Field(
+        "theorem-1", description="κ of the time-to-accuracy objective: 'theorem-1' (default) = "
+        "sqrt(n·ĝ²/v̂) from Theorem 1's two leading terms, ĝ² and v̂ measured online from "
+        "consecutive applied updates (--kappa until 3 pairs exist); 'fixed' = --kappa "
+        "throughout (docs/methods/deco-sgd-robust.md)")
     change_factor: float = Field(1.5, ge=0, description="re-plan at once when the median of "
                                  "the last 5 bandwidth samples is more than this factor off "
                                  "the planned one (0: only by the period)")
@@ -79,6 +96,37 @@ plan changes at that scale)."""
 OUTLIER_FACTOR, CONFIRM, RECENT = 4.0, 3, 5
 """A sample more than 4x off the window's median is held back; 3 in a row are a new level; the
 change trigger reads the median of the last 5 bandwidth samples."""
+
+
+class UpdateNoiseMeter:
+    """ĝ² and v̂ of :func:`decobench.planning.robust.theorem1_kappa` from consecutive applied
+    updates u_t (each the mean of the n workers' messages, the same tensor on every rank, so
+    every rank plans alike): ``⟨u_t, u_{t−1}⟩`` estimates ``||∇f||²`` and
+    ``||u_t − u_{t−1}||²/2`` the variance of the mean, averaged over the last ``window``
+    pairs. Keeps one copy of the last update (d numbers)."""
+
+    def __init__(self, window: int = 50) -> None:
+        self._previous: Tensor | None = None
+        self._previous_sq = 0.0
+        self._pairs: deque[tuple[float, float]] = deque(maxlen=window)
+
+    def add(self, update: Tensor) -> None:
+        u = update.detach().reshape(-1)
+        u_sq = float(torch.dot(u, u))
+        if u_sq == 0.0:                         # nothing applied (staleness warm-up)
+            return
+        if self._previous is not None:
+            inner = float(torch.dot(u, self._previous))
+            self._pairs.append((inner, max(u_sq + self._previous_sq - 2 * inner, 0.0) / 2))
+        self._previous, self._previous_sq = u.clone(), u_sq
+
+    def kappa(self, workers: int, minimum_pairs: int) -> float | None:
+        """κ from the window's pairs; None before ``minimum_pairs`` or with no noise seen."""
+        if len(self._pairs) < minimum_pairs:
+            return None
+        signal = sum(p[0] for p in self._pairs) / len(self._pairs)
+        noise = sum(p[1] for p in self._pairs) / len(self._pairs)
+        return theorem1_kappa(signal, noise, workers) if noise > 0 else None
 
 
 class RobustDecoController:
@@ -99,6 +147,21 @@ class RobustDecoController:
         self._period = options.deco_interval
         self._fresh: tuple[NetworkEstimate, Plan, str] | None = None
         self.history: list[tuple[int, NetworkEstimate, Plan]] = []
+        self.updates = UpdateNoiseMeter(options.window)
+        self._kappa = options.kappa
+
+    def observe_update(self, update: Tensor) -> None:
+        """The applied mean update u_t (DD-EF-SGD calls this when one message is due)."""
+        if self.options.iteration_model == "theorem-1":
+            self.updates.add(update)
+
+    def kappa(self) -> float:
+        """κ for the next plan: --kappa, or Theorem 1's from the measured updates once the
+        window holds ``min_samples`` pairs (--kappa until then)."""
+        if self.options.iteration_model == "fixed":
+            return self.options.kappa
+        fitted = self.updates.kappa(self.workers, self.options.min_samples)
+        return self.options.kappa if fitted is None else fitted
 
     def observe(self, observation: Observation) -> None:
         """One iteration's measurements: â from the transfer (its burst left out, as DeCo's
@@ -143,12 +206,13 @@ class RobustDecoController:
         samples = self.bandwidth.values()
         if not options.plan_for_distribution:
             samples = [self.bandwidth.median()]
+        self._kappa = self.kappa()
         estimate = NetworkEstimate(self.bandwidth.median(), self.latency.median(),
                                    self.compute.median())
         chosen = robust_plan(self.d, self.workers, estimate.compute_s, samples,
                              estimate.latency_s, topology=self.topology, phi=self.phi,
                              tau_max=options.tau_max, delta_min=options.delta_min,
-                             bubble_share=options.bubble_share, kappa=options.kappa,
+                             bubble_share=options.bubble_share, kappa=self._kappa,
                              objective=options.planner)
         self._period = (replan_period(samples, options.interval_min, options.deco_interval)
                         if options.adaptive_interval else options.deco_interval)
@@ -164,7 +228,7 @@ class RobustDecoController:
         if self._fresh is None:
             return {}
         estimate, chosen, reason = self._fresh
-        return {**plan_fields(estimate, chosen), "plan_reason": reason,
+        return {**plan_fields(estimate, chosen), "plan_reason": reason, "plan_kappa": self._kappa,
                 "plan_period": self._period,
                 "plan_bandwidth_min_mbps": min(self.bandwidth.values()) / 1e6}
 

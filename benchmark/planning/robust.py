@@ -202,3 +202,17 @@ def replan_period(bandwidths: Sequence[float], shortest: int, longest: int,
 def level_changed(planned: float, now: float, factor: float) -> bool:
     """Whether ``now`` is more than ``factor`` times away from ``planned`` (either way)."""
     return abs(math.log(now / planned)) > math.log(factor)
+
+
+def theorem1_kappa(signal: float, noise: float, workers: int) -> float:
+    """κ of ``J = T_avg·(1 + κ sqrt(Φ))`` from the two leading terms of the paper's Theorem 1
+    (docs/methods/deco-sgd-robust.md "Iteration model"): iterations to ``E||∇f||² <= ε`` are
+    ``σ²/(nε²) + sqrt(Φ)·σ/ε^{3/2}`` = ``σ²/(nε²)·(1 + sqrt(Φ)·n sqrt(ε)/σ)``, so
+    ``κ = n sqrt(ε)/σ``. ``signal`` estimates ``||∇f||²`` (taken as ε, the level the run works
+    at now) and ``noise`` the variance of the mean of the n workers' gradients (``σ²/n``), so
+    ``κ = sqrt(n · signal / noise)``; 0 when the signal is not positive (noise dominates).
+    The theorem's O(·) constants are taken as 1."""
+    if workers < 1 or not (math.isfinite(signal) and math.isfinite(noise)) or noise <= 0:
+        raise DecobenchError(f"Theorem-1 κ: workers >= 1, finite signal and noise > 0, got "
+                             f"{workers}, {signal!r}, {noise!r}")
+    return math.sqrt(workers * signal / noise) if signal > 0 else 0.0

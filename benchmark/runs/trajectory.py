@@ -225,7 +225,8 @@ class RecordedLearner:
 
 
 def decision_policy(run: Any, d: int) -> DecisionPolicy | None:
-    """The method's :class:`DecisionPolicy` for this run (None: not declared)."""
+    """The method's :class:`DecisionPolicy` for this run (None: not declared, or these options
+    decide from the training too)."""
     factory = run.spec.network_decisions
     if factory is None:
         return None
@@ -290,7 +291,9 @@ def reuse_key(run: Any) -> tuple[str | None, str]:
 
     d = parameter_count(run.task, run.profile)
     policy = decision_policy(run, d)
-    assert policy is not None
+    if policy is None:
+        return None, (f"method {run.spec.name}'s options make its decisions read the training "
+                      "too, not the network alone")
     values = run.config.model_dump(exclude=set(NETWORK_FIELDS) | set(KEY_EXCLUDED))
     values["method_options"] = run.options.model_dump()
     learner = run.spec.learner
