@@ -18,6 +18,8 @@ paper's DeCo (docs/design.md §5.7).
   (a random walk drifts by ``σ sqrt(F)`` in F steps: F = (ln(1 + drift) / σ)², clamped).
 - :func:`level_changed`: whether the recent bandwidth left the planned one by more than a
   factor (a re-plan triggered by change, not only by the period).
+- :func:`theorem1_kappa`: κ of the objective from the paper's Theorem 1 and two measured
+  quantities (docs/design.md §5.7).
 """
 
 from __future__ import annotations
