@@ -233,3 +233,19 @@ def test_a_run_measures_kappa_from_its_updates_and_repeats_itself(tmp_path, fmni
     assert kappas[0] == 1.0                     # the first plan: no pairs yet, --kappa
     assert len(kappas) > 2 and all(k != 1.0 and k >= 0 for k in kappas[1:])
     assert rows == run(tmp_path / "b")          # a fixed seed gives the same metrics
+
+
+def test_ef_delta0_scales_the_compression_term_and_pickles():
+    import pickle
+
+    from decobench.planning.phi import phi_ef, phi_ef_scaled
+    assert phi_ef_scaled(0.003) is phi_ef
+    phi = pickle.loads(pickle.dumps(phi_ef_scaled(0.001)))
+    assert phi(0.5, 2) == pytest.approx(2.004)   # 2 + 0.001 · 0.5 / (0.5 · 0.25)
+    with pytest.raises(DecobenchError, match="δ₀"):
+        phi_ef_scaled(0.0)
+    # a smaller δ₀ prices compression lower: the plan never keeps more coordinates
+    common = dict(tau_max=4, objective="time-to-accuracy", bubble_share=0.05)
+    wide = robust_plan(454_922, 4, 0.2, [20e6], 0.2, phi=phi_ef_scaled(0.001), **common)
+    narrow = robust_plan(454_922, 4, 0.2, [20e6], 0.2, phi=phi_ef, **common)
+    assert wide.delta <= narrow.delta

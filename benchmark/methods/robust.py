@@ -39,7 +39,7 @@ from decobench.methods.controllers import Schedule, plan_fields
 from decobench.methods.ddefsgd import DDEFSGD
 from decobench.methods.options import PlanModelOptions
 from decobench.planning.estimators import NetworkEstimate
-from decobench.planning.phi import PhiModel, get_phi
+from decobench.planning.phi import EF_DELTA0, PhiModel, get_phi, phi_ef_scaled
 from decobench.planning.planner import Plan
 from decobench.planning.robust import (
     SampleWindow,
@@ -64,6 +64,9 @@ class RobustDecoOptions(PlanModelOptions):
                                         "0.003·(1−δ)/(δ(1−δ)^τ); 'paper' = τ + "
                                         "(1−δ)/(δ(1−δ)^τ) (docs/deco-planner.md)")
 
+    ef_delta0: float = Field(EF_DELTA0, gt=0, le=1, description="δ₀ of Φ_ef (with --phi ef): "
+                             "the compression term's scale, calibrated on the CNN's static grid "
+                             "(docs/deco-planner.md)")
     deco_interval: int = Field(100, ge=1, description="the longest re-plan period F in "
                                "iterations (the paper's F = 100)")
     interval_min: int = Field(10, ge=1, description="the shortest re-plan period F")
@@ -235,7 +238,8 @@ class RobustDecoController:
 
 def robust_controller(context: MethodContext, options: RobustDecoOptions) -> RobustDecoController:
     return RobustDecoController(d=context.d, workers=context.workers, topology=context.topology,
-                                phi=get_phi(options.phi), options=options)
+                                phi=(phi_ef_scaled(options.ef_delta0) if options.phi == "ef"
+                                     else get_phi(options.phi)), options=options)
 
 
 def build_deco_sgd_robust(context: MethodContext, options: RobustDecoOptions) -> Method:

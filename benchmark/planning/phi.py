@@ -9,6 +9,7 @@ planner takes any of them, so the form can be swapped by name and checked by exp
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -65,6 +66,16 @@ def phi_ef(delta: float, tau: int) -> float:
     ``math.inf`` where the value overflows a float.
     """
     return _staleness_compression_form(delta, tau, EF_DELTA0)
+
+
+def phi_ef_scaled(delta0: float) -> PhiModel:
+    """Φ_ef with another δ₀: ``τ + δ₀ (1 - δ) / (δ (1 - δ)^τ)`` (δ₀ in (0, 1]); this project's
+    knob for checking the calibrated constant (docs/methods/deco-sgd-robust.md)."""
+    if not (math.isfinite(delta0) and 0 < delta0 <= 1):
+        raise DecobenchError(f"Φ_ef's δ₀ must be in (0, 1], got {delta0!r}")
+    if delta0 == EF_DELTA0:
+        return phi_ef
+    return functools.partial(_staleness_compression_form, scale=delta0)   # picklable
 
 
 PHI_MODELS: Mapping[str, PhiModel] = MappingProxyType({"paper": phi_paper, "ef": phi_ef})
