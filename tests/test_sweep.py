@@ -86,6 +86,34 @@ def test_dry_run_lists_and_runs_nothing(tmp_path, fmnist_root, capsys):
     assert not (out / "runs").exists()
 
 
+def test_a_finished_run_made_with_other_defaults_is_not_skipped(tmp_path, fmnist_root, capsys):
+    suite = _suite(tmp_path, fmnist_root, methods=["dd-ef-sgd"], seeds=[0], max_iters=4)
+    out = tmp_path / "out"
+    assert main(_cli(suite, out, fmnist_root)) == 0
+    (run,) = (out / "runs").iterdir()
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["method_options"]["delta"] = 0.2          # as if the default had been 0.2 then
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    capsys.readouterr()
+    assert main(_cli(suite, out, fmnist_root, "--dry-run")) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "delta: 0.2 -> 0.01" in error[0] and run.name in error[0]
+
+
+def test_changed_options_knows_options_added_later():
+    from decobench.methods.base import changed_options
+    from decobench.methods.robust import RobustDecoOptions
+
+    now = RobustDecoOptions().model_dump()
+    before = {k: v for k, v in now.items() if k != "ef_delta0"}   # same default as before
+    assert changed_options(before, RobustDecoOptions()) == {}
+    older = {k: v for k, v in before.items() if k != "iteration_model"}
+    assert changed_options(older, RobustDecoOptions()) == {
+        "iteration_model": "not recorded -> 'theorem-1'"}
+    assert changed_options({**now, "estimator_alpha": 0.3}, RobustDecoOptions()) == {
+        "estimator_alpha": "0.3 -> no such option"}
+
+
 def _kill_when(process: subprocess.Popen, ready) -> None:
     deadline = time.monotonic() + 300    # a hang guard only: the loop ends when ready()
     while not ready():

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -38,9 +38,34 @@ from decobench.planning.estimators import NetworkEstimate
 
 
 class MethodOptions(BaseModel):
-    """Per-method options; subclasses add fields (each becomes a ``decobench run`` flag)."""
+    """Per-method options; subclasses add fields (each becomes a ``decobench run`` flag).
+
+    ``added_later``: options added after runs were published whose default reproduces what
+    those runs did; a finished run that did not record them still counts as made with the
+    default (:func:`changed_options`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    added_later: ClassVar[frozenset[str]] = frozenset()
+
+
+def changed_options(recorded: Mapping[str, Any], options: MethodOptions) -> dict[str, str]:
+    """The options a finished run recorded (its ``config.yaml``'s ``method_options``) that
+    today's code resolves otherwise, as ``{name: "recorded -> now"}``: a default changed, an
+    option appeared (unless it is in ``added_later`` and holds its default) or went away. A
+    run's identity counts the options a suite gives, not the defaults, so a sweep checks this
+    before it skips a finished run."""
+    now = options.model_dump()
+    fields = type(options).model_fields
+    changed = {}
+    for name, value in now.items():
+        if name in recorded:
+            if recorded[name] != value:
+                changed[name] = f"{recorded[name]!r} -> {value!r}"
+        elif not (name in options.added_later and value == fields[name].get_default()):
+            changed[name] = f"not recorded -> {value!r}"
+    for name in recorded.keys() - now.keys():
+        changed[name] = f"{recorded[name]!r} -> no such option"
+    return changed
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ The windows' medians replace DeCo's EWMA, so the variant has no ``--estimator-al
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -54,6 +54,9 @@ class RobustDecoOptions(PlanModelOptions):
     """deco-sgd-robust: DeCo-SGD planning for the bandwidth's recent distribution, re-planning
     on change (this project's variant, not the paper's). The objective and Φ defaults were
     chosen on the tuning trace families (docs/methods/deco-sgd-robust.md "Tuning")."""
+
+    added_later: ClassVar[frozenset[str]] = frozenset({"ef_delta0"})
+    """``ef_delta0``'s default is the constant Φ_ef had before the option existed."""
 
     planner: Literal["paper", "time-to-accuracy"] = Field(
         "time-to-accuracy", description="'time-to-accuracy' (default) = minimise "

@@ -84,7 +84,9 @@ def plan_sweep(suite: Suite, out: Path, data_roots: dict[str, str] | None = None
     traces, data; and the backend's own check, e.g. root for the emulated one) before
     anything runs; a bad cell is an error naming it. With ``reuse``, each cell's trajectory
     key is computed (its method's decisions on its network, no training)."""
+    from decobench.methods.base import changed_options
     from decobench.runs.backends import get_backend
+    from decobench.runs.rundir import read_config
     from decobench.runs.runner import load_task_data, prepare
     from decobench.runs.trajectory import reuse_key
     from decobench.training.sharding import check_batch_size
@@ -93,6 +95,7 @@ def plan_sweep(suite: Suite, out: Path, data_roots: dict[str, str] | None = None
     write_realised_traces(suite, out / "traces")
     cells = expand_cells(suite, out / "traces", data_roots, backend=backend)
     keys: dict[str, str] = {}
+    stale: list[str] = []
     train_sizes: dict[tuple[str, ...], int] = {}
     for cell in cells:
         try:
@@ -113,6 +116,18 @@ def plan_sweep(suite: Suite, out: Path, data_roots: dict[str, str] | None = None
                                  f"{exc}") from exc
         if key is not None:
             keys[cell.name] = key
+        if is_done(out, cell):
+            recorded = read_config(run_dir(out, cell)).get("method_options")
+            if isinstance(recorded, dict):
+                changed = changed_options(recorded, run.options)
+                if changed:
+                    what = "; ".join(f"{name}: {how}" for name, how in changed.items())
+                    stale.append(f"runs/{cell.name} ({what})")
+    if stale:
+        raise DecobenchError(
+            f"suite {suite.name}: {len(stale)} finished run(s) in {out} were made with method "
+            f"options this code resolves otherwise (a default changed since), e.g. {stale[0]}; "
+            "move those run folders aside, or sweep into a new --out, to run them again")
     done = [c for c in cells if is_done(out, c)]
     todo = [c for c in cells if not is_done(out, c)]
     return SweepPlan(suite, out, cells, done, todo, keys)
