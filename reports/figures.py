@@ -56,7 +56,6 @@ class FigureFile:
     svg: bytes
 
 
-
 def _plan_axes(dl: Axes, ta: Axes) -> None:
     """Label a figure's δ panel (log scale) and τ panel (integer ticks, simulated time)."""
     dl.set_yscale("log")
@@ -65,6 +64,7 @@ def _plan_axes(dl: Axes, ta: Axes) -> None:
     ta.yaxis.set_major_locator(MaxNLocator(integer=True))
     ta.set_xlabel("simulated time (s)")
     dl.legend(loc="best")
+
 
 def slug(*parts: object) -> str:
     return "__".join(re.sub(r"[^A-Za-z0-9._-]+", "-", str(p)).strip("-") or "x" for p in parts)

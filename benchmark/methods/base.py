@@ -273,8 +273,8 @@ class MethodSpec:
     (:mod:`decobench.methods.decisions`); None (the default): unknown, every condition trains
     its own. The factory itself may return None for options whose decisions also read the
     training (deco-sgd-robust's Theorem-1 iteration model reads the applied updates): those
-    runs train their own trajectory too. The context it gets has ``d``, ``workers``, ``topology``, ``optimizer``,
-    ``seed`` and ``max_iters`` (the data are not loaded yet: ``param_shapes`` is empty).
+    runs train their own trajectory too. The context it gets has ``d``, ``workers``,
+    ``topology``, ``optimizer``, ``seed`` and ``max_iters`` (the data are not loaded yet: ``param_shapes`` is empty).
 
     ``learner``: a name for the model side of methods that differ only in how they decide
     from the network, e.g. ``"dd-ef-sgd/top-k"`` for DeCo-SGD and the paper's static

@@ -96,11 +96,21 @@ def plan_sweep(suite: Suite, out: Path, data_roots: dict[str, str] | None = None
     cells = expand_cells(suite, out / "traces", data_roots, backend=backend)
     keys: dict[str, str] = {}
     stale: list[str] = []
+    done: list[Cell] = []
+    todo: list[Cell] = []
     train_sizes: dict[tuple[str, ...], int] = {}
     for cell in cells:
+        finished = is_done(out, cell)
         try:
             run = prepare(cell.config)
-            if not is_done(out, cell):
+            if finished:                        # made with today's resolved options?
+                recorded = read_config(run_dir(out, cell)).get("method_options")
+                changed = (changed_options(recorded, run.options)
+                           if isinstance(recorded, dict) else {})
+                if changed:
+                    what = "; ".join(f"{name}: {how}" for name, how in changed.items())
+                    stale.append(f"runs/{cell.name} ({what})")
+            else:
                 get_backend(cell.config.backend).check(run)
                 if run.data_root is not None:   # a batch that no shard holds fails here,
                     # not after the cells before it trained (data to download: at run time)
@@ -116,20 +126,12 @@ def plan_sweep(suite: Suite, out: Path, data_roots: dict[str, str] | None = None
                                  f"{exc}") from exc
         if key is not None:
             keys[cell.name] = key
-        if is_done(out, cell):
-            recorded = read_config(run_dir(out, cell)).get("method_options")
-            if isinstance(recorded, dict):
-                changed = changed_options(recorded, run.options)
-                if changed:
-                    what = "; ".join(f"{name}: {how}" for name, how in changed.items())
-                    stale.append(f"runs/{cell.name} ({what})")
+        (done if finished else todo).append(cell)
     if stale:
         raise DecobenchError(
             f"suite {suite.name}: {len(stale)} finished run(s) in {out} were made with method "
             f"options this code resolves otherwise (a default changed since), e.g. {stale[0]}; "
             "move those run folders aside, or sweep into a new --out, to run them again")
-    done = [c for c in cells if is_done(out, c)]
-    todo = [c for c in cells if not is_done(out, c)]
     return SweepPlan(suite, out, cells, done, todo, keys)
 
 
