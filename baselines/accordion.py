@@ -54,15 +54,8 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from decobench.clock.wire import topk_count
-from decobench.compression.codec import (
-    LayerSlice,
-    decode_layerwise,
-    encode_layerwise,
-    layerwise_payload_bytes,
-)
-from decobench.compression.compressors import Compressed, DenseCompressor, TopKCompressor
 from decobench.compression.error_feedback import ErrorFeedback
+from decobench.compression.layerwise import Layer, layerwise_topk, model_layers
 from decobench.methods.base import (
     Due,
     Method,
@@ -74,6 +67,7 @@ from decobench.methods.base import (
 )
 from decobench.methods.decisions import network_independent
 from decobench.methods.optimizer import OptimizerConfig, SharedOptimizer, learning_rate
+from decobench.methods.rules import WorkerRules
 
 MIN_CHECKS = 10
 """The interval I is shrunk so that a run's budget holds at least this many checks."""
@@ -101,30 +95,6 @@ class AccordionOptions(MethodOptions):
                                                "of the task's data, as in the paper")
 
 
-@dataclass(frozen=True)
-class Layer:
-    """One tensor of the model as a slice [offset, offset + size) of the flat vector;
-    ``compressed`` is True for tensors with ndim > 1 (Top-k), False for dense ones."""
-
-    name: str
-    offset: int
-    size: int
-    compressed: bool
-
-
-def model_layers(param_shapes: Sequence[tuple[str, tuple[int, ...]]], d: int) -> tuple[Layer, ...]:
-    """The flat vector's tensors in order (offsets are cumulative sizes); no shapes given
-    means one compressed tensor ``"flat"`` of size d."""
-    if not param_shapes:
-        return (Layer("flat", 0, d, True),)
-    layers, offset = [], 0
-    for name, shape in param_shapes:
-        size = math.prod(shape)
-        layers.append(Layer(name, offset, size, len(shape) > 1))
-        offset += size
-    return tuple(layers)
-
-
 def detection_interval(interval: int, window_iters: int, max_iters: int | None) -> int:
     """I_eff = max(1, min(I, ⌊⌊max_iters / L⌋ / 10⌋)): the budget holds at least 10 checks
     (I unchanged when the budget is unknown)."""
@@ -143,70 +113,6 @@ def norm_change_ratio(previous: float | None, current: float) -> float:
 def learning_rate_decayed(config: OptimizerConfig, iteration: int) -> bool:
     """True when γ_t < γ_{t−1} (a decay; warm-up increases and constant steps are not)."""
     return iteration > 0 and learning_rate(config, iteration) < learning_rate(config, iteration - 1)
-
-
-def layerwise_topk(p: Tensor, layers: Sequence[Layer], deltas: Sequence[float]) -> Compressed:
-    """Per-layer Top-k of the ``[n, d]`` rows ``p``: layer l keeps k_l = topk_count(δ_l, d_l)
-    of its coordinates (all of them for a dense layer, whose δ is ignored).
-
-    Sparse result: the layers' messages concatenated, indices global (layer offset + local
-    index), bits Σ_l W(k_l, d_l), on a real wire as :class:`LayerwiseWire`. When every layer
-    is sent whole the result is one dense message of 32 d bits (an all-reduce), exactly as
-    :class:`DenseCompressor` sends it. ``p`` is not modified.
-    """
-    n, d = p.shape
-    counts = [topk_count(delta, layer.size) if layer.compressed else layer.size
-              for layer, delta in zip(layers, deltas, strict=True)]
-    if all(k == layer.size for k, layer in zip(counts, layers, strict=True)):
-        return DenseCompressor().compress(p)
-    values, indices, bits = [], [], 0
-    for layer, delta in zip(layers, deltas, strict=True):
-        block = p[:, layer.offset:layer.offset + layer.size]
-        part = (TopKCompressor().compress(block, delta) if layer.compressed
-                else DenseCompressor().compress(block))
-        if part.indices is None:
-            local = torch.arange(layer.size, device=p.device).expand(n, -1)
-        else:
-            local = part.indices
-        values.append(part.values)
-        indices.append(local + layer.offset)
-        bits += part.bits_per_worker
-    kept = sum(counts)
-    kept_values, kept_indices = torch.cat(values, dim=1), torch.cat(indices, dim=1)
-    slices = tuple(LayerSlice(layer.offset, layer.size, k)
-                   for layer, k in zip(layers, counts, strict=True))
-    return Compressed(values=kept_values, indices=kept_indices, d=d, bits_per_worker=bits,
-                      delta=kept / d,
-                      wire=LayerwiseWire(LayerwiseDecoder(slices), kept_values, kept_indices))
-
-
-@dataclass(frozen=True)
-class LayerwiseDecoder:
-    """Decodes any worker's per-layer Top-k message: every worker keeps the same k_l of each
-    layer (the regimes are agreed, see :class:`Accordion`)."""
-
-    layers: tuple[LayerSlice, ...]
-
-    def decode(self, payload: Tensor, header: dict[str, float], d: int) -> tuple[Tensor, Tensor]:
-        """The values and global indices of ``payload`` (bytes after ⌈W/8⌉ are the frame's
-        word padding)."""
-        message = decode_layerwise(payload[: layerwise_payload_bytes(self.layers)], self.layers, d)
-        assert message.indices is not None
-        return message.values, message.indices
-
-
-@dataclass(frozen=True)
-class LayerwiseWire:
-    """The wire form of one per-layer Top-k batch (:func:`decobench.compression.codec.
-    encode_layerwise`): ⌈Σ_l W(k_l, d_l) / 8⌉ bytes per row, bit for bit what is charged."""
-
-    decoder: LayerwiseDecoder
-    values: Tensor      # [n, Σ k_l], the layers' kept values in layer order
-    indices: Tensor     # [n, Σ k_l], global
-
-    def encode(self, row: int) -> tuple[Tensor, dict[str, float]]:
-        payload = encode_layerwise(self.values[row], self.indices[row], self.decoder.layers)
-        return payload, {"k": float(self.values.shape[1]), "aux": 0.0}
 
 
 @dataclass(frozen=True)
@@ -308,7 +214,14 @@ class Accordion(Method):
                                                self.window_iters, self.interval,
                                                options.accordion_eta, device=context.device)
         self.error_feedback = ErrorFeedback(context.local_workers, context.d, device=context.device)
-        self.optimizer = SharedOptimizer(context.optimizer)
+        self.rules = WorkerRules(context.rules, context.optimizer)
+        self.optimizer = SharedOptimizer(self.rules.applied_optimizer())
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A checkpoint from before the update rules (§2.5) resumes with the paper's."""
+        if "rules" not in state:
+            state["rules"] = WorkerRules(state["context"].rules, state["context"].optimizer)
+        self.__dict__.update(state)
 
     def layer_deltas(self) -> list[float]:
         """δ_l of every layer in flat order (1 for dense layers)."""
@@ -328,8 +241,10 @@ class Accordion(Method):
             log["accordion_check"] = self._forced_record()
         deltas = self.layer_deltas()
         critical_layers = sum(self.detector.critical)
+        inputs = self.rules.worker_input(gradients, iteration, 1.0, 0)   # no step bound
         compressed = self.error_feedback.apply(
-            gradients, lambda p: layerwise_topk(p, self.layers, deltas))
+            inputs, lambda p: layerwise_topk(p, self.layers, deltas))
+        self.rules.sent(compressed)
         if self.context.first_worker == 0:       # this process holds worker 0: it decides
             check = self.detector.observe(iteration, gradients[0])
             if check is not None:
@@ -343,7 +258,8 @@ class Accordion(Method):
         for message in due:
             self.detector.critical = regimes_from_bytes(message.control,
                                                         len(self.compressed_layers))
-        self.optimizer.step(params, summed(due, torch.zeros_like(params)), iteration)
+        self.optimizer.step(params, summed(due, torch.zeros_like(params)), iteration,
+                            scaled=self.rules.scaled)
         return {}
 
     def _layer_delta(self, critical: bool) -> float:
@@ -371,4 +287,8 @@ def build_accordion(context: MethodContext, options: AccordionOptions) -> Method
 ACCORDION_SPEC = MethodSpec("accordion", "Accordion: per-layer Top-k with error feedback, "
                             "more coordinates kept in detected critical regimes (τ = 0)",
                             AccordionOptions, build_accordion,
-                            network_decisions=network_independent)
+                            network_decisions=network_independent,
+                            rules=frozenset({"clip_norm", "ef_units", "momentum_correction",
+                                             "topk_scope"}))
+"""Accordion implements the update rules of docs/design.md §2.5 but the step bound (its δ is
+per layer); ``--topk-scope layer`` is what it always does."""

@@ -48,7 +48,7 @@ from decobench.methods.controllers import (
     StaticController,
     deco_controller,
 )
-from decobench.methods.ddefsgd import DDEFSGD
+from decobench.methods.ddefsgd import ALL_RULES, DDEFSGD
 from decobench.methods.decisions import (
     NETWORK_INDEPENDENT,
     ControllerDecisions,
@@ -191,4 +191,4 @@ def cocktail_sgd_decisions(context: MethodContext, options: CocktailOptions) -> 
 COCKTAIL_SGD_SPEC = MethodSpec(
     "cocktail-sgd", "CocktailSGD: random sample, Top-k and 4-bit quantisation with error "
     "feedback, static (δ, τ) = DeCo's first plan", CocktailOptions, build_cocktail_sgd,
-    network_decisions=cocktail_sgd_decisions)
+    network_decisions=cocktail_sgd_decisions, rules=ALL_RULES - {"topk_scope"})

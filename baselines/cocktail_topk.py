@@ -23,7 +23,7 @@ from decobench.compression.compressors import TopKCompressor
 from decobench.methods import TOPK_DD_EF_SGD
 from decobench.methods.base import Method, MethodContext, MethodSpec
 from decobench.methods.controllers import PLAN_ONCE, deco_controller
-from decobench.methods.ddefsgd import DDEFSGD
+from decobench.methods.ddefsgd import ALL_RULES, DDEFSGD, topk_compressor
 from decobench.methods.decisions import ControllerDecisions, DecisionPolicy
 from decobench.methods.options import PlannerOptions
 
@@ -33,7 +33,7 @@ class CocktailTopKOptions(PlannerOptions):
 
 
 def build_cocktail_topk(context: MethodContext, options: CocktailTopKOptions) -> Method:
-    return DDEFSGD(context, TopKCompressor(), deco_controller(context, options,
+    return DDEFSGD(context, topk_compressor(context), deco_controller(context, options,
                                                               interval=PLAN_ONCE))
 
 
@@ -48,4 +48,4 @@ COCKTAIL_TOPK_SPEC = MethodSpec(
     "cocktail-sgd-topk", "the DeCo paper's static strategy ('CocktailSGD' as the paper ran "
     "it): global Top-k DD-EF-SGD with (δ, τ) frozen at DeCo's first plan",
     CocktailTopKOptions, build_cocktail_topk, network_decisions=cocktail_topk_decisions,
-    learner=TOPK_DD_EF_SGD)
+    learner=TOPK_DD_EF_SGD, rules=ALL_RULES)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from decobench.compression.compressors import DenseCompressor
 from decobench.methods.base import Method, MethodContext, MethodOptions, MethodSpec
 from decobench.methods.controllers import StaticController
-from decobench.methods.ddefsgd import DDEFSGD
+from decobench.methods.ddefsgd import ALL_RULES, DDEFSGD
 from decobench.methods.decisions import network_independent
 
 
@@ -24,4 +24,5 @@ def build_dsgd(context: MethodContext, options: DSGDOptions) -> Method:
 
 
 DSGD_SPEC = MethodSpec("d-sgd", "D-SGD: synchronous data-parallel SGD, dense all-reduce",
-                       DSGDOptions, build_dsgd, network_decisions=network_independent)
+                       DSGDOptions, build_dsgd, network_decisions=network_independent,
+                       rules=ALL_RULES)

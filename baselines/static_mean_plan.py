@@ -21,7 +21,7 @@ from decobench.errors import DecobenchError
 from decobench.methods import TOPK_DD_EF_SGD
 from decobench.methods.base import Method, MethodContext, MethodSpec, Observation
 from decobench.methods.controllers import Schedule, plan_fields
-from decobench.methods.ddefsgd import DDEFSGD
+from decobench.methods.ddefsgd import ALL_RULES, DDEFSGD, topk_compressor
 from decobench.methods.decisions import ControllerDecisions, DecisionPolicy
 from decobench.methods.options import PlannerOptions
 from decobench.planning.phi import get_phi
@@ -71,7 +71,7 @@ class MeanPlanController:
 
 
 def build_static_mean_plan(context: MethodContext, options: StaticMeanPlanOptions) -> Method:
-    return DDEFSGD(context, TopKCompressor(), MeanPlanController(context, options))
+    return DDEFSGD(context, topk_compressor(context), MeanPlanController(context, options))
 
 
 def static_mean_plan_decisions(context: MethodContext,
@@ -86,4 +86,4 @@ STATIC_MEAN_PLAN_SPEC = MethodSpec(
     "DD-EF-SGD with (δ, τ) = DeCo's plan for the condition's mean bandwidth, latency and "
     "compute time, computed before the run from the trace",
     StaticMeanPlanOptions, build_static_mean_plan,
-    network_decisions=static_mean_plan_decisions, learner=TOPK_DD_EF_SGD)
+    network_decisions=static_mean_plan_decisions, learner=TOPK_DD_EF_SGD, rules=ALL_RULES)

@@ -301,12 +301,16 @@ def gpt2_parameters(vocab: int, positions: int, width: int, layers: int) -> int:
     return vocab * width + positions * width + layers * block + 2 * width
 
 
-def test_parameter_counts_of_both_profiles():
+def test_parameter_counts_of_the_profiles():
     task = Gpt2WikiText()
     assert parameter_count(task, task.profile("paper")) == 124_439_808
     assert gpt2_parameters(50257, 1024, 768, 12) == 124_439_808
     assert parameter_count(task, task.profile("cpu")) == gpt2_parameters(4096, 128, 128, 2)
     assert gpt2_parameters(4096, 128, 128, 2) == 937_472
+    mid = parameter_count(task, task.profile("mid"))
+    assert mid == gpt2_parameters(16384, 256, 512, 6) == 27_435_008
+    # the tied embedding's share of the parameters, as in GPT-2 small (31%)
+    assert round(16384 * 512 / mid, 2) == 0.31 == round(50257 * 768 / 124_439_808, 2)
 
 
 def test_vmap_gradients_match_autograd_with_tied_embeddings():
@@ -351,6 +355,21 @@ def run_tiny(tmp_path: Path, name: str, *extra: str) -> Path:
                  "--trace", "wan-200ms-lowbw-varying", "--data-root", str(root),
                  "--out", str(out), *extra]) == 0
     return out
+
+
+def test_mid_profile_trains_deco_sgd_with_layerwise_topk_at_a_tiny_size(
+        tmp_path, registered, tokenizer_cache):
+    """The mid model itself (27.4M parameters) on a tiny text, 2 iterations of batch 1:
+    per-tensor Top-k over its tensors (tied embedding included) and the update rules."""
+    out = run_tiny(tmp_path, "mid", "--profile", "mid", "--batch-size", "1", "--max-iters",
+                   "2", "--eval-every", "2", "--method", "deco-sgd", "--deco-interval", "1",
+                   "--topk-scope", "layer", "--ef-units", "update", "--clip-norm", "1")
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["parameters"] == 27_435_008 and config["profile"] == "mid"
+    assert config["update_rules"]["topk_scope"] == "layer"
+    rows = read_metrics(out)
+    assert [r["iteration"] for r in rows if "metric" in r] == [2]
+    assert all(math.isfinite(r["loss"]) for r in rows)
 
 
 @pytest.mark.parametrize("method", sorted(method_specs()))

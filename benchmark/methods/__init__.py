@@ -25,7 +25,7 @@ from decobench.methods.base import (
     StepResult,
 )
 from decobench.methods.controllers import StaticController, deco_controller
-from decobench.methods.ddefsgd import DDEFSGD
+from decobench.methods.ddefsgd import ALL_RULES, DDEFSGD, topk_compressor
 from decobench.methods.decisions import (
     ControllerDecisions,
     DecisionPolicy,
@@ -37,12 +37,12 @@ from decobench.registry import METHODS_GROUP, Registry
 
 
 def build_dd_ef_sgd(context: MethodContext, options: StaticOptions) -> Method:
-    return DDEFSGD(context, TopKCompressor(), StaticController(options.delta, options.tau))
+    return DDEFSGD(context, topk_compressor(context), StaticController(options.delta, options.tau))
 
 
 def build_deco_sgd(context: MethodContext, options: DecoOptions) -> Method:
     controller = deco_controller(context, options, interval=options.deco_interval)
-    return DDEFSGD(context, TopKCompressor(), controller)
+    return DDEFSGD(context, topk_compressor(context), controller)
 
 
 def deco_sgd_decisions(context: MethodContext, options: DecoOptions) -> DecisionPolicy:
@@ -67,15 +67,16 @@ network (DeCo-SGD, the paper's static strategy): where their decisions coincide,
 
 DD_EF_SGD_SPEC = MethodSpec(
     "dd-ef-sgd", "DD-EF-SGD: global Top-k with error feedback and a fixed staleness (static δ, τ)",
-    StaticOptions, build_dd_ef_sgd, network_decisions=network_independent)
+    StaticOptions, build_dd_ef_sgd, network_decisions=network_independent, rules=ALL_RULES)
 DECO_SGD_SPEC = MethodSpec(
     "deco-sgd", "DeCo-SGD: DD-EF-SGD with δ and τ re-planned from measured bandwidth, latency "
     "and compute time", DecoOptions, build_deco_sgd, network_decisions=deco_sgd_decisions,
-    learner=TOPK_DD_EF_SGD)
+    learner=TOPK_DD_EF_SGD, rules=ALL_RULES)
 DECO_SGD_ROBUST_SPEC = MethodSpec(
     "deco-sgd-robust", "this project's DeCo-SGD variant: δ sized for the bandwidth's recent "
     "distribution, re-planned on change (not the paper's)", RobustDecoOptions,
-    build_deco_sgd_robust, network_decisions=deco_sgd_robust_decisions, learner=TOPK_DD_EF_SGD)
+    build_deco_sgd_robust, network_decisions=deco_sgd_robust_decisions, learner=TOPK_DD_EF_SGD,
+    rules=ALL_RULES)
 
 
 def _spec_name(obj: object) -> str:

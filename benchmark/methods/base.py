@@ -34,6 +34,7 @@ from torch import Tensor
 from decobench.compression.compressors import Compressed, Update
 from decobench.methods.message_queue import DelayQueue
 from decobench.methods.optimizer import OptimizerConfig
+from decobench.methods.rules import UpdateRules
 from decobench.planning.estimators import NetworkEstimate
 
 
@@ -77,7 +78,8 @@ class MethodContext:
     iteration budget; ``seed`` the run seed (for shared randomness such as a sample mask);
     ``gradient_rows`` how many workers' gradients one process holds (None: all n);
     ``first_worker`` the index of the first of them (the rank on the emulated backend), so a
-    method knows whether this process holds worker 0. ``condition`` holds the network's
+    method knows whether this process holds worker 0. ``rules``: the update rules of
+    docs/design.md §2.5 (the paper's pipeline by default). ``condition`` holds the network's
     means from its trace and T, as a :class:`~decobench.planning.estimators.NetworkEstimate` (None
     where unknown, e.g. a measured T): only for baselines
     planned ahead from the whole condition, such as ``static-mean-plan``; an online method
@@ -96,6 +98,7 @@ class MethodContext:
     gradient_rows: int | None = None
     first_worker: int = 0
     condition: NetworkEstimate | None = None
+    rules: UpdateRules = UpdateRules()    # a class default: older checkpoints load
 
     @property
     def local_workers(self) -> int:
@@ -283,7 +286,11 @@ class MethodSpec:
     ``network_decisions`` and that its sent log is exactly its decisions' log; then runs of
     any method with the same learner share one trajectory wherever their decisions
     coincide (the static strategy on a link where DeCo-SGD keeps its first plan).
-    None (the default): the method's name and options are part of its trajectory key."""
+    None (the default): the method's name and options are part of its trajectory key.
+
+    ``rules``: the update rules of docs/design.md §2.5 (:class:`~decobench.methods.rules.
+    UpdateRules` field names) the method implements; a run that changes another is refused
+    before training. Clipping (``clip_norm``) is the training loop's, so every method has it."""
 
     name: str
     summary: str
@@ -292,3 +299,4 @@ class MethodSpec:
     emulation: str | None = None
     network_decisions: Callable[[MethodContext, Any], Any] | None = None
     learner: str | None = None
+    rules: frozenset[str] = frozenset({"clip_norm"})

@@ -3,7 +3,9 @@
     v ← μ v + u_t + wd · x ;   x ← x − γ_t v
 
 With μ = 0 and wd = 0 (the paper's default) this is x_{t+1} = x_t − γ u_t. Compression and
-error feedback always act on raw gradients, before this step.
+error feedback act before this step, on raw gradients, or with the ``--ef-units update`` rule
+(§2.5) on γ_t·g: then u_t is already a step and ``scaled=True`` applies v ← μ v + u_t + γ_t·wd·x;
+x ← x − v.
 """
 
 from __future__ import annotations
@@ -50,20 +52,24 @@ class SharedOptimizer:
         self.config = config
         self._velocity: Tensor | None = None
 
-    def step(self, params: Tensor, update: Tensor, iteration: int) -> None:
-        """x ← x − γ_t v (in place)."""
-        params.add_(self.change(params, update, iteration))
+    def step(self, params: Tensor, update: Tensor, iteration: int, scaled: bool = False) -> None:
+        """x ← x − γ_t v (in place); ``scaled``: u_t is already in update units (γ applied)."""
+        params.add_(self.change(params, update, iteration, scaled))
 
-    def change(self, params: Tensor, update: Tensor, iteration: int) -> Tensor:
+    def change(self, params: Tensor, update: Tensor, iteration: int,
+               scaled: bool = False) -> Tensor:
         """The signed parameter change −γ_t v this step would make, advancing the momentum
-        buffer but leaving ``params`` untouched (DGA sends this local update)."""
+        buffer but leaving ``params`` untouched (DGA sends this local update). ``scaled``:
+        u_t already carries its step (``--ef-units update``), so v is applied without γ_t
+        and weight decay enters as γ_t·wd·x."""
         lr = learning_rate(self.config, iteration)
         direction = update
         if self.config.weight_decay:
-            direction = direction + self.config.weight_decay * params
+            decay = self.config.weight_decay * (lr if scaled else 1.0)
+            direction = direction + decay * params
         if self.config.momentum:
             if self._velocity is None:
                 self._velocity = torch.zeros_like(params)
             self._velocity.mul_(self.config.momentum).add_(direction)
             direction = self._velocity
-        return direction * -lr
+        return direction * (-1.0 if scaled else -lr)

@@ -33,10 +33,9 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from decobench.compression.compressors import TopKCompressor
 from decobench.methods.base import Method, MethodContext, Observation
 from decobench.methods.controllers import Schedule, plan_fields
-from decobench.methods.ddefsgd import DDEFSGD
+from decobench.methods.ddefsgd import DDEFSGD, topk_compressor
 from decobench.methods.options import PlanModelOptions
 from decobench.planning.estimators import NetworkEstimate
 from decobench.planning.phi import EF_DELTA0, PhiModel, get_phi, phi_ef_scaled
@@ -246,4 +245,4 @@ def robust_controller(context: MethodContext, options: RobustDecoOptions) -> Rob
 
 
 def build_deco_sgd_robust(context: MethodContext, options: RobustDecoOptions) -> Method:
-    return DDEFSGD(context, TopKCompressor(), robust_controller(context, options))
+    return DDEFSGD(context, topk_compressor(context), robust_controller(context, options))

@@ -199,6 +199,27 @@ class RunConfig(BaseModel):
         "warm-up then cosine decay to 0 at --max-iters (default: the profile's)")
     warmup_iters: int | None = Field(None, ge=0, description="iterations of linear "
                                      "learning-rate warm-up (default: the profile's)")
+    topk_scope: Literal["global", "layer"] | None = Field(
+        None, description="update rule (docs/design.md §2.5): Top-k over the whole flat model "
+        "(global, the paper's) or per tensor, each keeping the share δ of its own coordinates "
+        "(layer); default: the profile's")
+    ef_units: Literal["gradient", "update"] | None = Field(
+        None, description="update rule (§2.5): error feedback on raw gradients (gradient, the "
+        "paper's) or on γ_t·g, the aggregate applied without a second γ, so a residual keeps "
+        "the step it was computed with under a warm-up (update); default: the profile's")
+    clip_norm: float | None = Field(
+        None, ge=0, description="update rule (§2.5): scale each worker's gradient to at most "
+        "this L2 norm before compression, every method alike; 0 = off (the paper's); default: "
+        "the profile's")
+    step_bound: Literal["none", "theorem-1"] | None = Field(
+        None, description="update rule (§2.5): one γ for every method (none, the paper's) or "
+        "γ·s(δ_t, τ_t), s = 1/sqrt(1 + Φ_paper(δ_t, τ_t)), this project's fill-in of the step "
+        "condition the paper's Theorem 1 has lost (theorem-1); D-SGD keeps γ; default: the "
+        "profile's")
+    momentum_correction: Literal["on", "off"] | None = Field(
+        None, description="update rule (§2.5): momentum μ (--momentum) on the workers before "
+        "compression with DGC's correction and factor masking (on) instead of after "
+        "aggregation (off, the paper's); default: the profile's")
     log_every: int = Field(1, ge=1, description="write a metrics row every k iterations "
                            "(default 1)")
     replay_schedule: str | None = Field(

@@ -19,7 +19,8 @@ IDENTITY_EXCLUDED = ("out", "data_root", "checkpoint_every_s")
 ADDED_LATER: tuple[str, ...] = ("fine_eval_every", "fine_eval_margin", "milestones",
                                  "ratio_shape", "init", "replay_schedule",
                                  "gradient_engine", "transport_model", "device",
-                                 "matmul_precision", "ttt_resolution")
+                                 "matmul_precision", "ttt_resolution", "topk_scope",
+                                 "ef_units", "clip_norm", "step_bound", "momentum_correction")
 """RunConfig fields added after sweeps were first published: left out of a run's identity
 while they hold their default, so finished sweeps keep their identities (a run that sets one
 of them gets a new identity, as it computes something else)."""

@@ -28,6 +28,7 @@ from decobench.clock.transport_model import IDEAL, TransportModel, load_transpor
 from decobench.errors import DecobenchError
 from decobench.methods import MethodOptions, MethodSpec, get_method_spec
 from decobench.methods.optimizer import OptimizerConfig
+from decobench.methods.rules import RULE_FLAGS, UpdateRules
 from decobench.netem.trace import (
     Trace,
     load_trace,
@@ -89,6 +90,8 @@ class PreparedRun:
     dataset: str | None
     replay: tuple[Any, ...] | None = None
     transport: TransportModel = IDEAL
+    rules: UpdateRules = UpdateRules()
+    """The update rules of docs/design.md §2.5, resolved (:func:`update_rules`)."""
     compute_times: tuple[float, ...] | None = None
     """Simulated: T_k of iteration k (from ``compute_times[k]``; ``compute_time_s`` beyond
     its end) instead of one T: ``decobench fidelity`` replays the emulated rank's measured
@@ -176,6 +179,7 @@ def prepare(config: RunConfig) -> PreparedRun:
         warmup_iters=(config.warmup_iters if config.warmup_iters is not None
                       else profile.warmup_iters),
         total_iters=config.max_iters or profile.max_iters)
+    rules = update_rules(config, profile, spec, optimizer)
     eval_every = config.eval_every or profile.eval_every
     if config.fine_eval_every is not None and config.fine_eval_every >= eval_every:
         raise DecobenchError(f"--fine-eval-every {config.fine_eval_every} must be smaller "
@@ -188,9 +192,36 @@ def prepare(config: RunConfig) -> PreparedRun:
         compute_time_source=_compute_time_source(config, profile),
         eval_every=eval_every,
         batch_size=config.batch_size or profile.batch_size,
-        optimizer=optimizer, data_root=data_root, download=download, dataset=variant,
+        optimizer=optimizer, rules=rules, data_root=data_root, download=download,
+        dataset=variant,
         replay=None if config.replay_schedule is None else load_schedule(config.replay_schedule),
         transport=_transport_model(config))
+
+
+def update_rules(config: RunConfig, profile: TaskProfile, spec: MethodSpec,
+                 optimizer: OptimizerConfig) -> UpdateRules:
+    """The run's update rules (docs/design.md §2.5): the profile's, with the flags given
+    over them; refused in one line when the method does not implement a changed rule or
+    momentum correction has no momentum to move."""
+    values = profile.rules.model_dump()
+    for name in ("topk_scope", "ef_units", "step_bound"):
+        if getattr(config, name) is not None:
+            values[name] = getattr(config, name)
+    if config.clip_norm is not None:
+        values["clip_norm"] = config.clip_norm or None       # 0 turns clipping off
+    if config.momentum_correction is not None:
+        values["momentum_correction"] = config.momentum_correction == "on"
+    rules = UpdateRules(**values)
+    missing = [name for name in rules.changed() if name not in spec.rules]
+    if missing:
+        flags = ", ".join(RULE_FLAGS[name] for name in missing)
+        raise DecobenchError(f"{flags}: method {spec.name} does not implement this update rule "
+                             "(docs/design.md §2.5); drop the flag, or give the paper's "
+                             "value, for this method")
+    if rules.momentum_correction and not optimizer.momentum:
+        raise DecobenchError("--momentum-correction on moves momentum μ onto the workers, and "
+                             "this run's μ is 0: give --momentum, e.g. 0.9")
+    return rules
 
 
 def _transport_model(config: RunConfig) -> TransportModel:
@@ -346,6 +377,8 @@ def resolved_config(run: PreparedRun, d: int, data: TaskData,
                                    "source": "replayed per iteration (decobench fidelity)"}
     if run.report != "arrival":
         config["report"] = run.report
+    if run.rules.changed():
+        config["update_rules"] = run.rules.model_dump()
     return config
 
 

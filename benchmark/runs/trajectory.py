@@ -232,7 +232,8 @@ def decision_policy(run: Any, d: int) -> DecisionPolicy | None:
         return None
     context = MethodContext(d=d, workers=run.config.workers, topology=run.config.topology,
                             optimizer=run.optimizer, seed=run.config.seed,
-                            max_iters=run.max_iters, condition=run.condition_means(d))
+                            max_iters=run.max_iters, condition=run.condition_means(d),
+                            rules=run.rules)
     return factory(context, run.options)
 
 
@@ -247,6 +248,9 @@ def not_reusable(run: Any) -> str | None:
         return "a simulated-time budget (max_sim_time) decides where it stops"
     if config.replay_schedule is not None:
         return "it replays a recorded schedule"
+    if run.rules.topk_scope == "layer":
+        return ("layer-wise Top-k's message size depends on the model's tensors, which a "
+                "decision policy does not see (docs/design.md §2.5)")
     if run.spec.network_decisions is None:
         return (f"method {run.spec.name} does not declare its network decisions "
                 "(MethodSpec.network_decisions)")

@@ -55,6 +55,11 @@ STEP_TIMES: dict[tuple[str, str], StepTime] = {
         "profile's T, 0.079 s, is an A100 at 40% model-FLOPs utilisation with 6N FLOPs per "
         "token); evaluation: WikiText-103's test split, about 280 blocks of 1024 tokens, at a "
         "third of a training step's time per block: 280 x 0.146 / 12 / 3 = 1.1 s"),
+    ("gpt2-wikitext", "mid"): StepTime(
+        1.06, 7.3, "a 2-core CPU (2 threads)",
+        "the gpt2-wikitext mid profile's measured T (27.4M parameters, 4 x 256 tokens per "
+        "worker, 2026-11-28); evaluation: its 64 test blocks, 16 per forward pass, 1.76-1.88 "
+        "s per pass measured = 7.3 s"),
     ("cnn-fmnist", "paper"): StepTime(
         0.016, 0.5, "a 2-core CPU (an upper bound for a GPU)",
         "the cnn-fmnist cpu profile's measured T (the same CNN and batch); evaluation: the "

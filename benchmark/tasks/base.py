@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from decobench.errors import DecobenchError
+from decobench.methods.rules import UpdateRules
 
 STANDIN_MARKER = "STANDIN.txt"
 """A ``--data-root`` holding this file is an offline stand-in, not the task's data set
@@ -53,6 +54,9 @@ class TaskProfile:
     model: str = ""
     """The model variant the task builds for this profile (a task-specific name, e.g. a timm
     model name); empty when the task has one model."""
+    rules: UpdateRules = UpdateRules()
+    """The update rules of docs/design.md §2.5 this profile trains with (flags override them);
+    the paper's pipeline unless the profile says otherwise."""
 
 
 class TaskData(ABC):

@@ -86,6 +86,11 @@ MODELS: dict[str, Gpt2Shape] = {
     "gpt2-small": Gpt2Shape(n_layer=12, n_embd=768, n_head=12, context=1024,
                             vocab_size=GPT2_VOCAB_SIZE, eval_blocks=None, eval_batch=8,
                             pretrained="gpt2"),
+    # This project's mid-size model (issue 43): 6 layers of width 512, context 256, a
+    # 16,384-token BPE: 27.4M parameters, 31% of them the tied embedding as in GPT-2 small,
+    # where compressed training's instability at 124M can be measured on 2 CPU cores.
+    "gpt2-mid": Gpt2Shape(n_layer=6, n_embd=512, n_head=8, context=256, vocab_size=16384,
+                          eval_blocks=64, eval_batch=16),
     # This project's CPU model: 2 layers of width 128, context 128, a 4,096-token BPE.
     "gpt2-tiny": Gpt2Shape(n_layer=2, n_embd=128, n_head=2, context=128, vocab_size=4096,
                            eval_blocks=256, eval_batch=32),
@@ -197,6 +202,15 @@ class Gpt2WikiText(Task):
                 "token 6N + 6 n_layer n_ctx d (Kaplan et al. 2020) = 6 x 124,439,808 + 6 x 12 "
                 "x 1024 x 768 = 803.3 MFLOP, x 12 x 1024 tokens = 9.87 TFLOP per iteration; "
                 "T = 9.87e12 / (0.40 x 312e12) = 0.079 s"),
+        ),
+        "mid": TaskProfile(
+            name="mid", model="gpt2-mid", batch_size=4, lr=0.01, eval_every=50,
+            max_iters=1000, compute_time_s=1.06,
+            compute_time_source=(
+                "measured: one forward/backward of gpt2-mid (27.4M parameters) at batch 4 x "
+                "256 tokens, median of 20 passes after 5 warm-up passes = 1.03 and 1.08 s in "
+                "two runs (min 0.97 s) on a 2-core AMD EPYC VM, torch 2.14.1 (CPU, 2 "
+                "threads), 2026-11-28, other jobs paused"),
         ),
         "cpu": TaskProfile(
             name="cpu", model="gpt2-tiny", batch_size=4, lr=0.05, eval_every=50, max_iters=2000,

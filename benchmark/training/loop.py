@@ -40,6 +40,7 @@ import torch
 from decobench.errors import DecobenchError
 from decobench.methods import Due, MethodContext, MethodOptions, MethodSpec, Observation, Sent
 from decobench.methods.optimizer import OptimizerConfig
+from decobench.methods.rules import UpdateRules, clip_rows
 from decobench.planning.estimators import NetworkEstimate
 from decobench.tasks import Task, TaskData, TaskProfile
 from decobench.tasks.base import build_seeded_model
@@ -77,6 +78,7 @@ class LoopRun(Protocol):
     spec: MethodSpec
     options: MethodOptions
     optimizer: OptimizerConfig
+    rules: UpdateRules
     batch_size: int
     max_iters: int
     replay: tuple[Any, ...] | None
@@ -303,7 +305,8 @@ class ModelLearner:
                           device=device, seed=config.seed,
                           iterations_per_epoch=self.batches.iterations_per_epoch,
                           max_iters=run.max_iters, gradient_rows=None if local == n else local,
-                          first_worker=held.start, condition=run.condition_means(layout.d)),
+                          first_worker=held.start, condition=run.condition_means(layout.d),
+                          rules=run.rules),
             run.options)
         if run.replay is not None and not self.method.replay(run.replay):
             raise DecobenchError(f"method {config.method} cannot follow a recorded schedule "
@@ -315,6 +318,7 @@ class ModelLearner:
             probe_targets.to(device)), "allocator": allocator, "device": describe(device),
             "matmul_precision": precision}
         self.d = layout.d
+        self.clip_norm = run.rules.clip_norm
         self.data, self.task, self.rows, self.device = data, task, rows, device
         self._grads: torch.Tensor | None = None
 
@@ -330,6 +334,8 @@ class ModelLearner:
     def send(self, iteration: int) -> Sent:
         grads, self._grads = self._grads, None
         assert grads is not None, "send() follows compute()"
+        if self.clip_norm is not None:           # the clipping rule, every method alike (§2.5)
+            grads = clip_rows(grads, self.clip_norm)
         return self.method.send(iteration, self.params, grads)
 
     def receive(self, iteration: int, due: Sequence[Due]) -> dict[str, Any]:
