@@ -33,7 +33,7 @@ DATA_FLAGS := $(if $(FMNIST_ROOT),--data-root cnn-fmnist=$(FMNIST_ROOT)) \
               $(if $(CIFAR10_ROOT),--data-root cnn-cifar10=$(CIFAR10_ROOT)) \
               $(if $(IMAGENET),--data-root vit-imagenet=$(IMAGENET))
 
-.PHONY: venv tools test test-slow bench reproduce smoke-run smoke-check smoke-golden data-slices lint clean
+.PHONY: venv tools test test-slow bench reproduce gpu-check smoke-run smoke-check smoke-golden data-slices lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -79,6 +79,15 @@ bench: $(STAMP)
 reproduce: $(STAMP) $(if $(STANDIN_DEPS),$(STANDINS)/README.txt)
 	$(VENV)/bin/decobench sweep $(SUITE) --out $(RESULTS) $(DATA_FLAGS) $(if $(JOBS),--jobs $(JOBS))
 	$(VENV)/bin/decobench report $(RESULTS)
+
+# Issue 43's GPU check (docs/suites.md "gpu-stability"): GPT-2 124M, D-SGD and DeCo-SGD for
+# 250 iterations each on one GPU (about 7 minutes on an H200), then each run's measured
+# per-iteration times (RESULTS_GPU/step_times.json, in the units of benchmark/sweeps/cost.py)
+# and loss curves (RESULTS_GPU/curves.csv).
+RESULTS_GPU ?= results/gpu-stability
+gpu-check: $(STAMP)
+	$(VENV)/bin/decobench sweep gpu-stability --out $(RESULTS_GPU) $(DATA_FLAGS) --jobs 1 --no-wandb
+	$(PY) -m decobench.sweeps.cost $(RESULTS_GPU)
 
 # CI smoke benchmark (docs/ci.md): run SUITE afresh into CHECK_RESULTS (a fresh folder: a
 # results folder of older code would be resumed, not rerun), write its report, and compare it

@@ -4,7 +4,7 @@
 import pytest
 
 from decobench.runs.config import RunConfig
-from decobench.sweeps.cost import STEP_TIMES, describe, run_cost, suite_cost
+from decobench.sweeps.cost import STEP_TIMES, describe, measured_step_time, run_cost, suite_cost
 
 
 def test_hand_checked_run_cost():
@@ -40,3 +40,20 @@ def test_a_cpu_measured_time_is_not_priced_as_a_gpu():
     text = describe(suite_cost(configs))
     assert "on one GPU" not in text
     assert "at the times of a 2-core CPU" in text.splitlines()[0]
+
+
+def test_measured_step_time_by_hand():
+    """Iterations 1-9 logged one by one, 4 workers. After the fifth: 6-5 and 7-6 take 2.0 s,
+    8-7 2.4 s with an evaluation in it, 9-8 2.2 s → median step 2.0 (of 2.0, 2.0, 2.2) → 0.5 s
+    per worker; evaluation 2.4 − 2.0 = 0.4 s. Iterations 1-5 (start-up) are not counted."""
+    walls = {1: 9.0, 2: 10.0, 3: 11.0, 4: 12.0, 5: 13.0, 6: 15.0, 7: 17.0, 8: 19.4, 9: 21.6}
+    rows = [{"iteration": k, "wall_time_s": w, "loss": 1.0} | ({"metric": 3.0} if k == 8 else {})
+            for k, w in walls.items()]
+    measured = measured_step_time(rows, workers=4)
+    assert measured["iteration_s"] == pytest.approx(2.0)
+    assert measured["step_s"] == pytest.approx(0.5)
+    assert measured["eval_s"] == pytest.approx(0.4)
+    assert measured["iterations"] == 3
+    with pytest.raises(ValueError, match="no iteration after the first 5"):
+        measured_step_time(rows[:5], workers=4)
+

@@ -546,3 +546,31 @@ def test_pretrained_cpu_profile_is_one_line_before_training(tmp_path, registered
     assert len(err) == 1 and "profile 'cpu' of task gpt2-wikitext has no published" in err[0]
     assert "profiles with pretrained weights: paper" in err[0]
     assert not (tmp_path / "x").exists()
+
+
+def test_gpu_check_suite_at_a_tiny_size_on_the_cpu(tmp_path, registered, tokenizer_cache):
+    """`make gpu-check`'s two commands on the gpu-stability suite shrunk to the cpu profile
+    and 8 iterations: the sweep, then step_times.json and curves.csv from its runs."""
+    import csv
+    import json
+
+    from decobench.sweeps import cost
+    from decobench.sweeps.suite import SUITES_DIR
+
+    suite = yaml.safe_load((SUITES_DIR / "gpu-stability.yaml").read_text())
+    suite["defaults"] |= {"profile": "cpu", "eval_every": 4, "batch_size": 2}
+    suite["experiments"][0]["max_iters"] = 8
+    path = tmp_path / "gpu-stability.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    root = tmp_path / "text"
+    write_root(root, "valid.txt", "test.txt")
+    out = tmp_path / "results"
+    assert main(["sweep", str(path), "--out", str(out), "--jobs", "1", "--no-wandb",
+                 "--no-progress", "--data-root", f"gpt2-wikitext={root}"]) == 0
+    assert cost.main([str(out)]) == 0
+    times = json.loads((out / "step_times.json").read_text())
+    assert sorted(t["label"] for t in times.values()) == ["d-sgd", "deco-sgd"]
+    assert all(t["step_s"] > 0 and t["iterations"] == 2 for t in times.values())
+    rows = list(csv.DictReader((out / "curves.csv").open()))
+    assert len(rows) == 16 and {r["label"] for r in rows} == {"d-sgd", "deco-sgd"}
+    assert [r["metric"] != "" for r in rows[:8]] == [False] * 3 + [True] + [False] * 3 + [True]

@@ -18,6 +18,7 @@ without one is reported as not estimated, never guessed.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -154,3 +155,76 @@ def describe(cost: SuiteCost) -> str:
     if cost.missing:
         lines.append("  not estimated (no documented step time): " + ", ".join(cost.missing))
     return "\n".join(lines)
+
+
+def measured_step_time(rows: Sequence[dict], workers: int, skip: int = 5) -> dict[str, float]:
+    """One worker's step and one evaluation as a run's ``metrics.jsonl`` (logged every
+    iteration) measured them, in the units of :class:`StepTime`: ``step_s`` = the median
+    wall time of an iteration without an evaluation after the first ``skip`` (start-up,
+    kernel selection) divided by the n workers the simulated backend computes in turn;
+    ``eval_s`` = the median extra time of an iteration with one (NaN without any);
+    ``iteration_s`` = that median before dividing."""
+    times = [(int(r["iteration"]), float(r["wall_time_s"]), "metric" in r) for r in rows
+             if "wall_time_s" in r and "iteration" in r]
+    steps, evals = [], []
+    for (k0, t0, _), (k1, t1, evaluated) in zip(times, times[1:], strict=False):
+        if k1 == k0 + 1 and k1 > skip:
+            (evals if evaluated else steps).append(t1 - t0)
+    if not steps:
+        raise ValueError(f"no iteration after the first {skip} logged one by one")
+    iteration = statistics.median(steps)
+    extra = statistics.median(evals) - iteration if evals else math.nan
+    return {"iteration_s": iteration, "step_s": iteration / workers, "eval_s": extra,
+            "iterations": float(len(steps))}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m decobench.sweeps.cost RESULTS``: each finished run's measured step and
+    evaluation times (:func:`measured_step_time`) and loss curve, written to
+    ``RESULTS/step_times.json`` and ``RESULTS/curves.csv`` (the GPU check of ``make
+    gpu-check``, docs/suites.md)."""
+    import argparse
+    import csv
+    import io
+    import json
+    from pathlib import Path
+
+    from decobench.atomicio import write_text_atomic
+    from decobench.runs.rundir import read_metrics
+
+    parser = argparse.ArgumentParser(prog="python -m decobench.sweeps.cost",
+                                     description=main.__doc__)
+    parser.add_argument("results", type=Path, help="a results folder of decobench sweep")
+    args = parser.parse_args(argv)
+    import yaml
+
+    times: dict[str, dict] = {}
+    curves = io.StringIO()
+    writer = csv.writer(curves, lineterminator="\n")
+    writer.writerow(["run", "label", "iteration", "loss", "metric", "delta", "tau"])
+    for folder in sorted((args.results / "runs").glob("*/")):
+        if not (folder / "summary.json").is_file():
+            continue
+        config = yaml.safe_load((folder / "config.yaml").read_text())
+        rows = read_metrics(folder)
+        try:
+            measured = measured_step_time(rows, int(config["workers"]))
+        except ValueError as exc:
+            print(f"{folder.name}: not measured ({exc})")
+            continue
+        times[folder.name] = {**measured, "label": config.get("label"),
+                              "device": config.get("gradients", {}).get("device"),
+                              "task": config["task"], "profile": config["profile"]}
+        print(f"{folder.name}: {measured['iteration_s']:.3f} s per iteration, "
+              f"{measured['step_s']:.3f} s per worker step, {measured['eval_s']:.2f} s per "
+              "evaluation")
+        for r in rows:
+            writer.writerow([folder.name, config.get("label"), r.get("iteration"),
+                             r.get("loss"), r.get("metric", ""), r.get("delta"), r.get("tau")])
+    write_text_atomic(args.results / "step_times.json", json.dumps(times, indent=2) + "\n")
+    write_text_atomic(args.results / "curves.csv", curves.getvalue())
+    return 0 if times else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
