@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from hostfeatures import emulation_unavailable, left_behind, namespaces
 
 from decobench.cli.main import main
@@ -48,6 +49,24 @@ IN_MAKE_TEST = ("deco-sgd",)
 the others (30-40 s each: D-SGD's dense all-reduce, CocktailSGD's own wire format, ...)
 run in make test-slow, as do the loopback agreement runs of the methods beyond three
 (tests/test_emulated_ranks.py)."""
+
+
+RULES = ["--topk-scope", "layer", "--ef-units", "update", "--clip-norm", "1", "--step-bound",
+         "theorem-1", "--momentum", "0.9", "--momentum-correction", "on"]
+
+
+@needs_root
+@pytest.mark.slow
+def test_emulated_run_with_every_update_rule(tmp_path, fmnist_root):
+    """DeCo-SGD with every update rule of docs/design.md §2.5 on the netns backend: the
+    per-tensor Top-k travels in its own wire format (LayerwiseWire), each rank holds its
+    own DGC momentum, and config.yaml records the rules."""
+    out = tmp_path / "run"
+    assert main(_args(fmnist_root, out, ["--method", "deco-sgd", *RULES])) == 0
+    assert read_summary(out)["status"] == "finished" and len(read_metrics(out)) == 6
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["update_rules"]["topk_scope"] == "layer"
+    assert config["update_rules"]["momentum_correction"] is True
 
 
 @needs_root
