@@ -67,7 +67,7 @@ from decobench.methods.base import (
 )
 from decobench.methods.decisions import network_independent
 from decobench.methods.optimizer import OptimizerConfig, SharedOptimizer, learning_rate
-from decobench.methods.rules import WorkerRules
+from decobench.methods.rules import RulesState, WorkerRules
 
 MIN_CHECKS = 10
 """The interval I is shrunk so that a run's budget holds at least this many checks."""
@@ -188,7 +188,7 @@ def _json_ratio(ratio: float) -> float | None:
     return None if math.isinf(ratio) else ratio
 
 
-class Accordion(Method):
+class Accordion(RulesState, Method):
     """Accordion on the shared machinery: :class:`ErrorFeedback` with a per-layer Top-k,
     the shared optimizer, and the :class:`CriticalRegimeDetector` choosing each layer's δ.
 
@@ -216,12 +216,6 @@ class Accordion(Method):
         self.error_feedback = ErrorFeedback(context.local_workers, context.d, device=context.device)
         self.rules = WorkerRules(context.rules, context.optimizer)
         self.optimizer = SharedOptimizer(self.rules.applied_optimizer())
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """A checkpoint from before the update rules (§2.5) resumes with the paper's."""
-        if "rules" not in state:
-            state["rules"] = WorkerRules(state["context"].rules, state["context"].optimizer)
-        self.__dict__.update(state)
 
     def layer_deltas(self) -> list[float]:
         """δ_l of every layer in flat order (1 for dense layers)."""

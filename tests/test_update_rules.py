@@ -234,3 +234,28 @@ def test_a_run_with_every_rule_changed_trains_and_records_them(tmp_path, fmnist_
                                       "clip_norm": 0.5, "step_bound": "theorem-1",
                                       "momentum_correction": True}
     assert "update_rules" not in yaml.safe_load((tmp_path / "paper" / "config.yaml").read_text())
+
+
+@pytest.mark.parametrize("name", ["deco-sgd", "accordion"])
+def test_a_checkpoint_from_before_the_rules_resumes_with_the_papers(name):
+    """A method pickled before the update rules existed (no ``rules`` on it or its context)
+    loads and steps as the paper's pipeline."""
+    import pickle
+
+    optimizer = OptimizerConfig(lr=0.1)
+    spec = get_method_spec(name)
+    old = spec.build(MethodContext(d=6, workers=2, topology="paper", optimizer=optimizer,
+                                   param_shapes=SHAPES), spec.options())
+    new = pickle.loads(pickle.dumps(old))
+    g = torch.randn(3, 2, 6, generator=torch.Generator().manual_seed(2))
+    xa, xb = torch.zeros(6), torch.zeros(6)
+    old.step(0, xa, g[0])
+    del old.__dict__["rules"]
+    object.__delattr__(old.context, "rules")          # as a dataclass of the old code
+    assert "rules" not in old.context.__dict__
+    resumed = pickle.loads(pickle.dumps(old))
+    new.step(0, xb, g[0])
+    for k in (1, 2):
+        resumed.step(k, xa, g[k])
+        new.step(k, xb, g[k])
+    assert resumed.rules.rules == UpdateRules() and torch.equal(xa, xb)

@@ -23,7 +23,7 @@ from decobench.compression.layerwise import LayerTopKCompressor, model_layers
 from decobench.methods.base import Due, Method, MethodContext, Observation, Sent, summed
 from decobench.methods.controllers import Controller, ReplayController
 from decobench.methods.optimizer import SharedOptimizer
-from decobench.methods.rules import WorkerRules
+from decobench.methods.rules import RulesState, WorkerRules
 
 ALL_RULES = frozenset({"topk_scope", "ef_units", "clip_norm", "step_bound",
                        "momentum_correction"})
@@ -38,7 +38,7 @@ def topk_compressor(context: MethodContext) -> Compressor:
     return TopKCompressor()
 
 
-class DDEFSGD(Method):
+class DDEFSGD(RulesState, Method):
     """The shared delayed / compressed / error-feedback update pipeline.
 
     ``compressor`` decides what goes on the wire, ``controller`` picks (δ_t, τ_t).
@@ -59,12 +59,6 @@ class DDEFSGD(Method):
                                              device=context.device))
         self.rules = WorkerRules(context.rules, context.optimizer)
         self.optimizer = SharedOptimizer(self.rules.applied_optimizer())
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """A checkpoint from before the update rules (§2.5) resumes with the paper's."""
-        if "rules" not in state:
-            state["rules"] = WorkerRules(state["context"].rules, state["context"].optimizer)
-        self.__dict__.update(state)
 
     def observe(self, observation: Observation) -> None:
         self.controller.observe(observation)

@@ -20,7 +20,7 @@ it; every other value is this project's, named so that an ablation can switch it
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -129,3 +129,14 @@ class WorkerRules:
         coordinates (nothing to do for a dense message, which leaves no residual)."""
         if self.velocity is not None and compressed.indices is not None:
             self.velocity.scatter_(1, compressed.indices, 0.0)
+
+
+class RulesState:
+    """Mixin of a method that keeps its :class:`WorkerRules` in ``self.rules`` beside its
+    ``self.context``: a checkpoint pickled before the update rules existed resumes with the
+    paper's pipeline."""
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "rules" not in state:
+            state["rules"] = WorkerRules(state["context"].rules, state["context"].optimizer)
+        self.__dict__.update(state)
