@@ -1,7 +1,7 @@
 """``decobench report DIR``: the report of a results folder (docs/reports.md).
 
 :func:`write_report` loads the runs (:mod:`decobench.reports.runs`), builds the tables
-(:mod:`decobench.reports.tables`, :mod:`decobench.reports.theory`,
+(:mod:`decobench.reports.tables`, :mod:`decobench.reports.theory`, :mod:`decobench.reports.stability`,
 :mod:`decobench.reports.robust`) and figures (:mod:`decobench.reports.figures`), and
 writes, each file atomically::
 
@@ -23,7 +23,7 @@ from typing import Any
 
 from decobench.atomicio import write_bytes_atomic, write_text_atomic
 from decobench.reports import figures as figs
-from decobench.reports import robust, theory
+from decobench.reports import robust, stability, theory
 from decobench.reports.claims import claims_table, extreme_cells
 from decobench.reports.regime_map import regime_maps, regime_table
 from decobench.reports.render import (
@@ -279,6 +279,17 @@ def build(rs: RunSet) -> tuple[list[Block], list[Table], list[figs.FigureFile]]:
     else:
         blocks.append(_skip("no robust runs (role `robust`: the robust-planner suite, "
                             "deco-sgd-robust beside a static DD-EF-SGD grid)"))
+
+    blocks.append(Heading(2, "Stability: the largest stable step"))
+    if any(stability.is_ramp(r) for r in runs):
+        blocks.append(Para(
+            "Runs whose step γ rose linearly over their whole budget (a γ ramp, as in the "
+            "gpt2-stability suite, issue 43): the step at which each left its trend, per "
+            "update rule (docs/design.md §2.5)."))
+        add_table(stability.ramp_table(runs))
+    else:
+        blocks.append(_skip("no γ-ramp runs (a linear warm-up over the whole budget: "
+                            "schedule warmup with warmup_iters >= max_iters)"))
 
     blocks.append(Heading(2, "Where the time goes"))
     add_table(time_table(runs))
