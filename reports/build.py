@@ -287,6 +287,7 @@ def build(rs: RunSet) -> tuple[list[Block], list[Table], list[figs.FigureFile]]:
             "gpt2-stability suite, issue 43): the step at which each left its trend, per "
             "update rule (docs/design.md §2.5)."))
         add_table(stability.ramp_table(runs))
+        add_figures(figs.stability(runs))
     else:
         blocks.append(_skip("no γ-ramp runs (a linear warm-up over the whole budget: "
                             "schedule warmup with warmup_iters >= max_iters)"))

@@ -12,7 +12,9 @@ drawn under a fixed ``rc_context`` with ``svg.hashsalt`` set; PNGs are saved wit
 - theory: heat map of median iterations over the (δ, τ) grid and Φ against iterations;
 - robust plans: one varying condition's bandwidth with deco-sgd's and deco-sgd-robust's δ
   (log) and τ, and the seed's oracle pair dashed (:mod:`decobench.reports.robust`);
-- regime map: DeCo-SGD's speed-up over the (ρ, λ) grid with the paper's figures as contours.
+- regime map: DeCo-SGD's speed-up over the (ρ, λ) grid with the paper's figures as contours;
+- stability: per cell with γ-ramp runs, the training loss of the runs beside them against
+  iteration, and of the ramps against γ (:mod:`decobench.reports.stability`).
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ from matplotlib.ticker import MaxNLocator
 
 from decobench.netem.trace import TraceError, load_trace
 from decobench.reports import robust as rb
+from decobench.reports import stability as st
 from decobench.reports.regime_map import BASELINES, PAPER_FIGURES, RegimeMap
 from decobench.reports.runs import Run, as_float
 from decobench.reports.stats import step_band
-from decobench.reports.tables import D_SGD, Table, group
+from decobench.reports.tables import D_SGD, Table, cell_key, group
 from decobench.reports.theory import TheoryGroup
 from decobench.runs.rundir import TRACE_CSV
 
@@ -337,6 +340,71 @@ def robust_plans(groups: Sequence[rb.RobustGroup], palette: dict[str, str]) -> l
                + ".")
     return [render("robust_plans", f"Plans against the link: {task}, {condition}, {workers} "
                    f"workers, seed {seed}", caption, (6.4, 5.6), draw)]
+
+
+# -------------------------------------------------------------------------------- stability
+def _rule_name(run: Run) -> str:
+    """A label without its ``@...`` suffix (``deco-sgd+ef-update@ramp``: ``deco-sgd+ef-update``),
+    so a rule's constant-step and ramp runs share a colour."""
+    return run.label.split("@")[0]
+
+
+def _loss_rows(run: Run) -> tuple[list[int], list[float]]:
+    """Iterations and training loss (trailing median, :func:`decobench.reports.stability.smoothed`)."""
+    rows = [r for r in run.metrics if "loss" in r and "iteration" in r]
+    return ([int(r["iteration"]) for r in rows],
+            st.smoothed([v if (v := as_float(r["loss"])) is not None else math.nan
+                         for r in rows]))
+
+
+def stability(runs: Sequence[Run]) -> list[FigureFile]:
+    """Per (task, condition, workers) with γ-ramp runs: left, the training loss (trailing
+    median of 5) of the other runs of that cell against iteration; right, the ramps' against
+    the step γ, each ramp's largest stable γ dotted. One colour per update-rule label."""
+    out = []
+    for key, ramps in group([r for r in runs if st.is_ramp(r)], cell_key).items():
+        beside = [r for r in runs if cell_key(r) == key and not st.is_ramp(r)]
+        palette = colours([_rule_name(r) for r in [*ramps, *beside]])
+
+        def draw(fig: Figure, ramps: list[Run] = ramps, beside: list[Run] = beside,
+                 palette: dict[str, str] = palette) -> None:
+            axes = fig.subplots(1, 2 if beside else 1, squeeze=False)[0]
+            finite: list[float] = []
+            for r in beside:
+                its, loss = _loss_rows(r)
+                axes[0].plot(its, loss, color=palette[_rule_name(r)], label=r.label,
+                             linewidth=1.0)
+                finite += [v for v in loss if math.isfinite(v)]
+            if beside:
+                axes[0].set_xlabel("iteration")
+                axes[0].set_ylabel("training loss (median of 5)")
+                axes[0].legend(loc="best")
+            ax = axes[-1]
+            for r in ramps:
+                its, loss = _loss_rows(r)
+                ax.plot(st.ramp_steps(r, its), loss, color=palette[_rule_name(r)],
+                        label=r.label, linewidth=1.0)
+                found = st.run_stable_step(r)
+                if not found.censored:
+                    ax.axvline(found.gamma, color=palette[_rule_name(r)], linestyle=":",
+                               linewidth=0.8)
+                finite += [v for v in loss if math.isfinite(v)]
+            ax.set_xlabel("step γ of the ramp")
+            ax.set_ylabel("training loss (median of 5)")
+            ax.legend(loc="best")
+            if finite:                    # a diverged run's 1e10 would flatten the rest
+                low = min(finite)
+                for a in axes:
+                    a.set_ylim(low - 0.2, max(finite[0], low + 1.0) + 3.0)
+
+        task, condition, workers = key
+        caption = ("Training loss from metrics.jsonl, smoothed by a trailing median of "
+                   f"{st.WINDOW} iterations; dotted: each ramp's largest stable γ (the step "
+                   "before its loss left its trend for good, reports/stability.py); runs "
+                   + ", ".join(r.rel for r in [*beside, *ramps]) + ".")
+        out.append(render(slug("stability", task, condition, f"w{workers}"), f"Loss curves and γ ramps: {task}, "
+                          f"{condition}, {workers} workers", caption, (9.6, 4.2), draw))
+    return out
 
 
 # ------------------------------------------------------------------------------- regime map

@@ -81,18 +81,21 @@ def is_ramp(run: Run) -> bool:
             and int(config.get("warmup_iters") or 0) >= iterations)
 
 
-def run_stable_step(run: Run) -> StableStep:
-    """:func:`largest_stable_step` of a ramp run's logged losses; γ_k from its resolved
-    optimizer settings (``config.yaml``); row k (1-based) ran at γ of iteration k − 1."""
+def ramp_steps(run: Run, iterations: Sequence[int]) -> list[float]:
+    """γ of each logged iteration of a ramp run, from its resolved optimizer settings
+    (``config.yaml``): row k (1-based) ran at γ of iteration k − 1."""
     config = run.config
     optimizer = OptimizerConfig(lr=float(config["lr"]), schedule=config["schedule"],
                                 warmup_iters=int(config["warmup_iters"]))
+    return [learning_rate(optimizer, k - 1) for k in iterations]
+
+
+def run_stable_step(run: Run) -> StableStep:
+    """:func:`largest_stable_step` of a ramp run's logged losses."""
     rows = [r for r in run.metrics if "loss" in r and "iteration" in r]
     iterations = [int(r["iteration"]) for r in rows]
-    losses = [as_float(r["loss"]) if as_float(r["loss"]) is not None else math.nan
-              for r in rows]
-    return largest_stable_step(iterations, losses,
-                               [learning_rate(optimizer, k - 1) for k in iterations])
+    losses = [v if (v := as_float(r["loss"])) is not None else math.nan for r in rows]
+    return largest_stable_step(iterations, losses, ramp_steps(run, iterations))
 
 
 def ramp_table(runs: Sequence[Run]) -> Table:

@@ -68,3 +68,6 @@ def test_the_report_reads_a_ramp_run(tmp_path, fmnist_root):
     assert "0 → 40 over 12" in section and "paper pipeline" in section
     # γ_0 = 40/12 keeps the CNN's loss at 2.3; γ_1 = 6.67 sends it to ~10, then it explodes
     assert "| 3.333 | 2 |" in section
+    figure = "stability__cnn-fmnist__wan-200ms-lowbw-varying__w2"
+    assert (tmp_path / "results" / "figures" / f"{figure}.png").is_file()
+    assert f"figures/{figure}.png" in section
