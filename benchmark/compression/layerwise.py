@@ -51,21 +51,35 @@ def model_layers(param_shapes: Sequence[tuple[str, tuple[int, ...]]], d: int) ->
     return tuple(layers)
 
 
+def layerwise_size(layers: Sequence[Layer], deltas: Sequence[float], d: int) -> WireSize:
+    """What :func:`layerwise_topk` sends at these δ_l, without the data: Σ_l W(k_l, d_l) bits
+    and the kept share Σ_l k_l / d, or one dense message of 32 d bits when every layer goes
+    whole."""
+    counts = [topk_count(delta, layer.size) if layer.compressed else layer.size
+              for layer, delta in zip(layers, deltas, strict=True)]
+    if all(k == layer.size for k, layer in zip(counts, layers, strict=True)):
+        return DenseCompressor().size(1.0, d)
+    bits = sum((TopKCompressor().size(delta, layer.size) if layer.compressed
+                else DenseCompressor().size(1.0, layer.size)).bits_per_worker
+               for layer, delta in zip(layers, deltas, strict=True))
+    return WireSize(bits, False, sum(counts) / d)
+
+
 def layerwise_topk(p: Tensor, layers: Sequence[Layer], deltas: Sequence[float]) -> Compressed:
     """Per-layer Top-k of the ``[n, d]`` rows ``p``: layer l keeps k_l = topk_count(δ_l, d_l)
     of its coordinates (all of them for a dense layer, whose δ is ignored).
 
     Sparse result: the layers' messages concatenated, indices global (layer offset + local
-    index), bits Σ_l W(k_l, d_l), on a real wire as :class:`LayerwiseWire`. When every layer
-    is sent whole the result is one dense message of 32 d bits (an all-reduce), exactly as
-    :class:`DenseCompressor` sends it. ``p`` is not modified.
+    index), bits Σ_l W(k_l, d_l) (:func:`layerwise_size`), on a real wire as
+    :class:`LayerwiseWire`. When every layer is sent whole the result is one dense message of
+    32 d bits (an all-reduce), exactly as :class:`DenseCompressor` sends it. ``p`` is not
+    modified.
     """
     n, d = p.shape
-    counts = [topk_count(delta, layer.size) if layer.compressed else layer.size
-              for layer, delta in zip(layers, deltas, strict=True)]
-    if all(k == layer.size for k, layer in zip(counts, layers, strict=True)):
+    wire = layerwise_size(layers, deltas, d)
+    if wire.dense:
         return DenseCompressor().compress(p)
-    values, indices, bits = [], [], 0
+    values, indices, slices = [], [], []
     for layer, delta in zip(layers, deltas, strict=True):
         block = p[:, layer.offset:layer.offset + layer.size]
         part = (TopKCompressor().compress(block, delta) if layer.compressed
@@ -76,14 +90,12 @@ def layerwise_topk(p: Tensor, layers: Sequence[Layer], deltas: Sequence[float]) 
             local = part.indices
         values.append(part.values)
         indices.append(local + layer.offset)
-        bits += part.bits_per_worker
-    kept = sum(counts)
+        slices.append(LayerSlice(layer.offset, layer.size, part.values.shape[1]))
     kept_values, kept_indices = torch.cat(values, dim=1), torch.cat(indices, dim=1)
-    slices = tuple(LayerSlice(layer.offset, layer.size, k)
-                   for layer, k in zip(layers, counts, strict=True))
-    return Compressed(values=kept_values, indices=kept_indices, d=d, bits_per_worker=bits,
-                      delta=kept / d,
-                      wire=LayerwiseWire(LayerwiseDecoder(slices), kept_values, kept_indices))
+    return Compressed(values=kept_values, indices=kept_indices, d=d,
+                      bits_per_worker=wire.bits_per_worker, delta=wire.delta,
+                      wire=LayerwiseWire(LayerwiseDecoder(tuple(slices)), kept_values,
+                                         kept_indices))
 
 
 @dataclass(frozen=True)
@@ -127,12 +139,7 @@ class LayerTopKCompressor:
         self.layers = tuple(Layer(layer.name, layer.offset, layer.size, True) for layer in layers)
 
     def size(self, delta: float, d: int) -> WireSize:
-        counts = [topk_count(delta, layer.size) for layer in self.layers]
-        if all(k >= layer.size for k, layer in zip(counts, self.layers, strict=True)):
-            return DenseCompressor().size(1.0, d)
-        bits = sum(TopKCompressor().size(delta, layer.size).bits_per_worker
-                   for layer in self.layers)
-        return WireSize(bits, False, sum(counts) / d)
+        return layerwise_size(self.layers, [delta] * len(self.layers), d)
 
     def compress(self, p: Tensor, delta: float, iteration: int = 0) -> Compressed:
         return layerwise_topk(p, self.layers, [delta] * len(self.layers))
