@@ -351,10 +351,8 @@ def _rule_name(run: Run) -> str:
 
 def _loss_rows(run: Run) -> tuple[list[int], list[float]]:
     """Iterations and training loss (trailing median, :func:`decobench.reports.stability.smoothed`)."""
-    rows = [r for r in run.metrics if "loss" in r and "iteration" in r]
-    return ([int(r["iteration"]) for r in rows],
-            st.smoothed([v if (v := as_float(r["loss"])) is not None else math.nan
-                         for r in rows]))
+    iterations, losses = st.loss_rows(run)
+    return iterations, st.smoothed(losses)
 
 
 def stability(runs: Sequence[Run]) -> list[FigureFile]:

@@ -90,11 +90,16 @@ def ramp_steps(run: Run, iterations: Sequence[int]) -> list[float]:
     return [learning_rate(optimizer, k - 1) for k in iterations]
 
 
+def loss_rows(run: Run) -> tuple[list[int], list[float]]:
+    """The iterations and training losses a run logged (NaN where a loss is not a number)."""
+    rows = [r for r in run.metrics if "loss" in r and "iteration" in r]
+    return ([int(r["iteration"]) for r in rows],
+            [v if (v := as_float(r["loss"])) is not None else math.nan for r in rows])
+
+
 def run_stable_step(run: Run) -> StableStep:
     """:func:`largest_stable_step` of a ramp run's logged losses."""
-    rows = [r for r in run.metrics if "loss" in r and "iteration" in r]
-    iterations = [int(r["iteration"]) for r in rows]
-    losses = [v if (v := as_float(r["loss"])) is not None else math.nan for r in rows]
+    iterations, losses = loss_rows(run)
     return largest_stable_step(iterations, losses, ramp_steps(run, iterations))
 
 

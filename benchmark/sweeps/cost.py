@@ -190,14 +190,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pathlib import Path
 
     from decobench.atomicio import write_text_atomic
-    from decobench.runs.rundir import read_metrics
+    from decobench.runs.rundir import read_config, read_metrics
 
     parser = argparse.ArgumentParser(prog="python -m decobench.sweeps.cost",
                                      description=main.__doc__)
     parser.add_argument("results", type=Path, help="a results folder of decobench sweep")
     args = parser.parse_args(argv)
-    import yaml
-
     times: dict[str, dict] = {}
     curves = io.StringIO()
     writer = csv.writer(curves, lineterminator="\n")
@@ -205,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for folder in sorted((args.results / "runs").glob("*/")):
         if not (folder / "summary.json").is_file():
             continue
-        config = yaml.safe_load((folder / "config.yaml").read_text())
+        config = read_config(folder)
         rows = read_metrics(folder)
         try:
             measured = measured_step_time(rows, int(config["workers"]))
