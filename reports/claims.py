@@ -50,9 +50,10 @@ from decobench.clock.topology import topology_factors
 from decobench.errors import DecobenchError
 from decobench.netem.families import HELD_OUT, TUNING
 from decobench.netem.pack import PAPER_PROFILES
-from decobench.reports import robust
+from decobench.reports import robust, scale
 from decobench.reports.robust import RobustGroup
 from decobench.reports.runs import Run, as_float
+from decobench.reports.scale import count_text, parameters
 from decobench.reports.speedup import Speedup, speedup_of
 from decobench.reports.stats import (
     Obs,
@@ -161,11 +162,16 @@ def _on_data(runs: Sequence[Run], row: ClaimRow) -> ClaimRow:
     it was judged on, and a judged verdict qualified ``at small scale (...)`` when any of
     them read a stand-in data set (:attr:`Run.standin`) or a model more than
     :data:`MODEL_SCALE_FACTOR` times smaller than the paper's: such a verdict is about this
-    suite's small-scale cell, never a bare one about the paper's."""
-    row = replace(row, model=model_text(runs), data=data_text(runs), regime=regime_text(runs))
+    suite's small-scale cell, never a bare one about the paper's. The scale check of
+    :mod:`decobench.reports.scale` adds its notes to the model column and, where a small
+    model's iterations over D-SGD's differ from a larger profile's, qualifies the verdict."""
+    checked = scale.check(runs)
+    model = "; ".join([model_text(runs), *checked.notes])
+    row = replace(row, model=model, data=data_text(runs), regime=regime_text(runs))
     if row.verdict not in JUDGED:
         return row
-    reasons = (["stand-in"] if any(r.standin for r in runs) else []) + small_models(runs)
+    reasons = ((["stand-in"] if any(r.standin for r in runs) else []) + small_models(runs)
+               + list(checked.differ))
     if reasons:
         row = replace(row, verdict=f"{row.verdict} {SMALL_SCALE} ({'; '.join(reasons)})")
     return row
@@ -178,23 +184,11 @@ def _not_run(claim: str, paper: str, kind: str, what: str, rule: str) -> ClaimRo
 
 
 # ------------------------------------------------------------------- comparability
-def _count(n: float) -> str:
-    """``454,922`` as ``455K``, ``124,439,808`` as ``124M``."""
-    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g}{unit}"
-    return f"{n:.0f}"
-
-
 def paper_parameters(task: str) -> int | None:
     """The paper's model size for ``task`` (its ``paper`` profile), ``None`` for a task the
     paper did not run."""
     profile = PAPER_PROFILES.get(task)
     return None if profile is None else profile.d
-
-
-def _parameters(run: Run) -> float | None:
-    return as_float(run.summary.get("parameters", run.config.get("parameters")))
 
 
 def small_models(runs: Sequence[Run]) -> list[str]:
@@ -203,9 +197,10 @@ def small_models(runs: Sequence[Run]) -> list[str]:
     out = []
     for task, rs in sorted(group(runs, lambda r: r.task).items()):
         paper = paper_parameters(task)
-        sizes = [p for p in (_parameters(r) for r in rs) if p]
+        sizes = [p for p in (parameters(r) for r in rs) if p]
         if paper and sizes and paper > MODEL_SCALE_FACTOR * max(sizes):
-            out.append(f"model {_count(max(sizes))} of the paper's {_count(paper)} parameters")
+            out.append(f"model {count_text(max(sizes))} of the paper's {count_text(paper)} "
+                       "parameters")
     return out
 
 
@@ -213,10 +208,10 @@ def model_text(runs: Sequence[Run]) -> str:
     """Per task: the runs' parameters and the paper's (``gpt2-wikitext 0.94M (paper 124M)``)."""
     parts = []
     for task, rs in sorted(group(runs, lambda r: r.task).items()):
-        sizes = sorted({int(p) for p in (_parameters(r) for r in rs) if p})
-        ours = "/".join(_count(p) for p in sizes) or "not recorded"
+        sizes = sorted({int(p) for p in (parameters(r) for r in rs) if p})
+        ours = "/".join(count_text(p) for p in sizes) or "not recorded"
         paper = paper_parameters(task)
-        parts.append(f"{task} {ours} (paper {_count(paper) if paper else 'n/a'})")
+        parts.append(f"{task} {ours} (paper {count_text(paper) if paper else 'n/a'})")
     return "; ".join(parts) or "-"
 
 

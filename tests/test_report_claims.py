@@ -452,7 +452,7 @@ def test_the_81x_gpt2_cell_and_the_one_cell_137x_case_never_read_reproduced(tmp_
                 config_extra=gpt2)
     row = by_start(tmp_path, "DeCo-SGD up to 5.07x")
     assert row.verdict == NOT_COMPARABLE and base_verdict(row.verdict) != REPRODUCED
-    assert row.model == "gpt2-wikitext 937K (paper 124M)"
+    assert row.model.startswith("gpt2-wikitext 937K (paper 124M); gpt2-wikitext: iteration")
     assert row.regime.startswith("deco52-gpt2: ρ 62.1, λ 2.49 (paper: b ≈ 200 ms")
 
     static = tmp_path / "static"
