@@ -28,8 +28,8 @@ runs at two or more (δ, τ) pairs (:func:`decobench.reports.theory.grid_pair`):
   ``undecided`` (a censored median bounds it on the wrong side), ``n/a`` (runs missing) or
   ``-`` (does not apply there);
 - whether the condition's family is held out from tuning
-  (:data:`decobench.netem.families.HELD_OUT`): the family recorded in config.yaml, else the
-  condition's name (the robust-planner suite names each family condition after its family).
+  (:data:`decobench.netem.families.HELD_OUT`): the family recorded in config.yaml or in the
+  sweep's manifest, else the condition's name (``gpt2-diurnal`` is a diurnal condition).
 """
 
 from __future__ import annotations
@@ -258,14 +258,15 @@ def condition_cv(runs: Sequence[Run]) -> tuple[float | None, int]:
 
 def family_of(run: Run) -> str:
     """The trace family of the run's condition: config.yaml's ``family`` (a name, or a
-    mapping with ``family``), else the condition's name."""
+    mapping with ``family``), else the sweep manifest's (:attr:`Run.manifest_family`), else
+    the condition's name (results written before the manifest recorded it)."""
     for where in (run.config, run.config.get("network")):
         given = where.get("family") if isinstance(where, dict) else None
         if isinstance(given, dict):
             given = given.get("family")
         if isinstance(given, str) and given:
             return given
-    return run.condition
+    return run.manifest_family or run.condition
 
 
 # ------------------------------------------------------------------------------ the targets

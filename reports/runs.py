@@ -60,6 +60,8 @@ class Run:
     config: dict[str, Any]
     metrics: tuple[dict[str, Any], ...] = field(repr=False)
     manifest_role: str | None = None
+    manifest_family: str | None = None
+    """The trace family of the run's condition, as the sweep's manifest records it."""
 
     @property
     def role(self) -> str:
@@ -236,8 +238,9 @@ def _describe_cell(cell: dict[str, Any]) -> str:
         f": {details})" if details else ")")
 
 
-def _manifest_runs(root: Path, manifest: dict[str, Any]) -> dict[Path, str | None]:
-    """Each cell's run directory with its experiment's role."""
+def _manifest_runs(root: Path, manifest: dict[str, Any]) -> dict[Path, dict[str, Any]]:
+    """Each cell's run directory with its manifest entry (its experiment's role, its
+    condition's trace family)."""
     cells = manifest.get("cells")
     if not isinstance(cells, list):
         raise DecobenchError(f"{root / MANIFEST}: no 'cells' list")
@@ -245,7 +248,7 @@ def _manifest_runs(root: Path, manifest: dict[str, Any]) -> dict[Path, str | Non
     for cell in cells:
         run_dir = root / str(cell.get("run_dir", ""))
         if cell.get("run_dir") and (run_dir / SUMMARY).is_file():
-            found[run_dir] = cell.get("role")
+            found[run_dir] = cell
         else:
             missing.append(cell)
     if missing:
@@ -269,11 +272,12 @@ def load_runs(results_dir: str | Path) -> RunSet:
         manifest = read_json(root / MANIFEST)
         if not isinstance(manifest, dict):
             raise DecobenchError(f"{root / MANIFEST}: not a JSON object")
-        roles = _manifest_runs(root, manifest)
+        cells = _manifest_runs(root, manifest)
     else:
-        roles = dict.fromkeys(summary_dirs(root))
-    if not roles:
+        cells = {d: {} for d in summary_dirs(root)}
+    if not cells:
         raise DecobenchError(f"{root}: no finished runs (no {SUMMARY} below it)")
-    runs = sorted((replace(load_run(d, root), manifest_role=role) for d, role in roles.items()),
-                  key=sort_key)
+    runs = sorted((replace(load_run(d, root), manifest_role=cell.get("role"),
+                           manifest_family=cell.get("family"))
+                   for d, cell in cells.items()), key=sort_key)
     return RunSet(root=root, runs=tuple(runs), manifest=manifest)

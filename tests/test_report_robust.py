@@ -45,7 +45,7 @@ LABELS = {"deco-sgd-robust": (52.0, 44.0, 30.0), "deco-sgd": (80.0, 60.0, 100.0)
 
 
 def cell(root: Path, condition: str, *, labels=LABELS, grid=GRID, trace_dir="results/x",
-         role: str = "robust") -> list[str]:
+         role: str = "robust", family: str | None = None) -> list[str]:
     """Runs of one condition (trace TRACES[condition], written to ROOT/traces; config.yaml
     names it relative to another directory, as a sweep run from the repository does);
     returns their run folders relative to root."""
@@ -73,7 +73,7 @@ def cell(root: Path, condition: str, *, labels=LABELS, grid=GRID, trace_dir="res
     manifest = root / "manifest.json"
     cells = json.loads(manifest.read_text())["cells"] if manifest.is_file() else []
     cells += [{"id": str(len(cells) + i), "run_dir": rel, "role": role}
-              for i, rel in enumerate(rels)]
+              | ({"family": family} if family else {}) for i, rel in enumerate(rels)]
     manifest.write_text(json.dumps({"suite": "test", "cells": cells}))
     return rels
 
@@ -197,6 +197,17 @@ def test_held_out_family_from_the_condition_name(tmp_path):
     assert (groups["diurnal"].held_out, groups["diurnal"].split) == (True, "held out")
     assert (groups["walk"].held_out, groups["walk"].split) == (False, "tuning")
     assert groups["pack-deco52"].split == "not a family"
+
+
+def test_held_out_family_from_the_manifest(tmp_path):
+    """A condition named after its task (robust-planner-tasks' gpt2-diurnal) is a diurnal
+    one because the sweep's manifest says so."""
+    cell(tmp_path, "gpt2-diurnal", family="diurnal")
+    cell(tmp_path, "gpt2-walk", family="walk")
+    groups = groups_of(tmp_path)
+    assert (groups["gpt2-diurnal"].family, groups["gpt2-diurnal"].split) == ("diurnal",
+                                                                           "held out")
+    assert groups["gpt2-walk"].split == "tuning"
 
 
 def _claim(root: Path):

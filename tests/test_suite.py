@@ -207,6 +207,10 @@ def test_a_family_condition_runs_each_seed_on_its_own_realisation(tmp_path):
         assert [read.bandwidth_at(t) for t in range(0, 400, 5)] == \
             [made.bandwidth_at(t) for t in range(0, 400, 5)]
     assert identities["a"] == identities["b"] and len(set(identities["a"])) == 4
+    # the manifest names each cell's family (the report's held-out split reads it: the
+    # condition's name need not be the family's)
+    assert {(c.config.condition, c.manifest_entry()["family"]) for c in cells} == {
+        ("drop", "step-drop"), ("swing", "diurnal")}
 
 
 def test_a_family_condition_is_checked(tmp_path):

@@ -270,6 +270,9 @@ class Cell:
     identity: str
     role: str | None = None
     resources: Resources = dataclasses.field(default_factory=Resources)
+    family: str | None = None
+    """The trace family of a ``family`` condition (recorded in the manifest, where the
+    report reads it: a condition may be named anything)."""
 
     @property
     def name(self) -> str:
@@ -284,7 +287,7 @@ class Cell:
                 "role": self.role,
                 "task": c.task, "method": c.method, "label": c.label,
                 "condition": c.condition, "workers": c.workers, "seed": c.seed,
-                "profile": c.profile}
+                "profile": c.profile} | ({"family": self.family} if self.family else {})
 
 
 def resolve_suite_path(name_or_path: str) -> Path:
@@ -511,8 +514,10 @@ def expand_cells(suite: Suite, traces_dir: Path, data_roots: dict[str, str] | No
                 except DecobenchError as exc:
                     raise DecobenchError(f"suite {suite.name}: {where}, task {task}, condition "
                                          f"{condition}, method {label}: {exc}") from exc
+                family = suite.conditions[condition].family
                 cell = Cell(experiment.name, config, identity(config), experiment.role,
-                            experiment.resources or suite.resources)
+                            experiment.resources or suite.resources,
+                            family.family if family is not None else None)
                 if cell.identity in seen:
                     raise DecobenchError(f"suite {suite.name}: {where} repeats the run "
                                          f"{seen[cell.identity]} (same configuration and seed)")

@@ -4,6 +4,7 @@ Layout of the results folder ``DIR``::
 
     DIR/suite.yaml        the suite as run (resolved, for the record)
     DIR/manifest.json     every cell: id, run_dir, task, method, label, condition, workers, seed
+                          (and the trace family of a ``family`` condition)
     DIR/traces/           one-row traces of the suite's ``constant`` conditions
     DIR/runs/NAME/        one complete run directory per finished cell
     DIR/failures.jsonl    cells that crashed (the report refuses to run while any is missing)
