@@ -110,6 +110,15 @@ def test_perplexity_of_uniform_and_perfect_predictors():
 
     assert perplexity(perfect, data) == pytest.approx(1.0, abs=1e-6)
 
+    def wrong(inputs):                               # 1e4 nats on every token
+        logits = torch.zeros((*inputs.shape, vocab))
+        logits.scatter_(-1, ((inputs + 1) % vocab).unsqueeze(-1), -1e4)
+        return logits
+
+    # exp(1e4) overflows a float: a diverging run's perplexity is inf, not an OverflowError
+    # (robust-planner-tasks' gpt2-high-latency cocktail-sgd-topk, seed 1, crashed on it)
+    assert perplexity(wrong, data) == math.inf
+
     def half(inputs):                                # p = 1/2 on the right token: ppl 2
         logits = torch.full((*inputs.shape, vocab), -1e4)
         logits.scatter_(-1, ((inputs + 1) % vocab).unsqueeze(-1), 0.0)

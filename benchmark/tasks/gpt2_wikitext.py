@@ -13,6 +13,7 @@ every token but the first is predicted exactly once.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,7 +171,9 @@ def block_batch(tokens: Tensor, indices: Tensor, context: int) -> tuple[Tensor, 
 def perplexity(forward: Callable[[Tensor], Tensor], data: TokenBlocks,
                max_blocks: int | None = None, batch: int = 8) -> float:
     """exp(mean cross-entropy over every target token) of the first ``max_blocks`` test
-    blocks (all when None), ``batch`` blocks per forward pass."""
+    blocks (all when None), ``batch`` blocks per forward pass; ``inf`` for a model so far
+    off that the exponential overflows a float (mean cross-entropy above about 709 nats: a
+    diverging run, which must be recorded, not crash)."""
     blocks = data.num_test if max_blocks is None else min(max_blocks, data.num_test)
     total, count = 0.0, 0
     for start in range(0, blocks, batch):
@@ -180,7 +183,8 @@ def perplexity(forward: Callable[[Tensor], Tensor], data: TokenBlocks,
                                        targets.reshape(-1).to(logits.device),
                                        reduction="sum"))
         count += targets.numel()
-    return math.exp(total / count)
+    mean = total / count
+    return math.exp(mean) if mean < math.log(sys.float_info.max) else math.inf
 
 
 class Gpt2WikiText(Task):
