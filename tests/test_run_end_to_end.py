@@ -99,6 +99,19 @@ def test_diverging_run_is_recorded_not_crashed(tmp_path, fmnist_root):
     assert read_metrics(out)[-1]["diverged"] is True
 
 
+def test_divergence_loss_stops_a_finite_run(tmp_path, fmnist_root):
+    """--divergence-loss: a finite loss above L counts as diverged (design §6.4). The untrained
+    CNN's loss on 10 classes is about ln 10 = 2.30, so a ceiling of 2.0 stops iteration 1 and
+    one of 100 stops nothing."""
+    out = _run(tmp_path, fmnist_root, "ceil", "--method", "d-sgd", "--divergence-loss", "2.0")
+    summary, last = read_summary(out), read_metrics(out)[-1]
+    assert summary["status"] == "diverged" and summary["diverged_at_iteration"] == 1
+    assert last["diverged"] is True and 2.0 < last["loss"] < 3.0
+    assert yaml.safe_load((out / "config.yaml").read_text())["divergence_loss"] == 2.0
+    high = _run(tmp_path, fmnist_root, "high", "--method", "d-sgd", "--divergence-loss", "100")
+    assert read_summary(high)["status"] != "diverged" and read_summary(high)["iterations"] == 12
+
+
 def test_yaml_config_with_flag_override(tmp_path, fmnist_root):
     cfg = tmp_path / "run.yaml"
     cfg.write_text(yaml.safe_dump({"task": "cnn-fmnist", "method": "dd-ef-sgd", "workers": 2,

@@ -220,6 +220,11 @@ class RunConfig(BaseModel):
         None, description="update rule (§2.5): momentum μ (--momentum) on the workers before "
         "compression with DGC's correction and factor masking (on) instead of after "
         "aggregation (off, the paper's); default: the profile's")
+    divergence_loss: float | None = Field(
+        None, gt=0, description="also count the run as diverged, and stop it, once its training "
+        "loss exceeds L (the task's loss units: nats per token for GPT-2, whose untrained loss is "
+        "ln(vocabulary), 9.7 at the mid profile), e.g. a γ ramp past its stable step; default: "
+        "only a loss that is not finite (docs/design.md §6.4)")
     log_every: int = Field(1, ge=1, description="write a metrics row every k iterations "
                            "(default 1)")
     replay_schedule: str | None = Field(

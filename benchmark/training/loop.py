@@ -12,7 +12,7 @@ Iteration k of the process (which holds the workers ``transport.rows``)::
     the leader: the metrics row, evaluation when due (timed when x_{k+1} exists), targets
 
 A run ends when the target is met (``stop_at_target``), the iteration or time budget is
-spent, or a loss is not finite (status ``diverged``). On the emulated backend the ranks agree
+spent, or a loss is not finite or above ``divergence_loss`` (status ``diverged``). On the emulated backend the ranks agree
 on stopping through the transport (a stop asked for at iteration k takes effect when its
 message is due everywhere), so every rank leaves after the same iteration.
 
@@ -388,6 +388,7 @@ def train(run: LoopRun, data: TaskData, transport: Transport, evaluations: Evalu
     progress = RunProgress(total=run.max_iters, metric_name=task.metric_name,
                            enabled=show_progress and leader)
 
+    ceiling = run.config.divergence_loss   # a finite loss above it diverged too (§6.4)
     first = 0
     if resume is not None:                 # continue after the checkpointed iteration
         learner.load_state_dict(resume["learner"])
@@ -414,7 +415,7 @@ def train(run: LoopRun, data: TaskData, transport: Transport, evaluations: Evalu
                 learner.observe(observation)
             t0 = time.perf_counter()
             loss = learner.compute(k)
-            if not math.isfinite(loss):
+            if not math.isfinite(loss) or (ceiling is not None and loss > ceiling):
                 transport.flag_divergence(k)
             if transport.diverged_at() is not None:      # agreed at once (one process)
                 outcome.status, outcome.diverged_at_iteration = "diverged", k + 1
