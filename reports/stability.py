@@ -12,7 +12,7 @@ read from the logged loss and γ:
 - the largest stable step is γ at iteration k* − 1, the last one still on trend. A run that
   never leaves its trend reports its last γ as a lower bound (``censored``).
 
-A ramp stopped by ``--divergence-loss`` (the suite's ramps stop at 15 nats) ends on a loss
+A ramp stopped by ``--divergence-loss`` (gpt2-stability's ramps stop at 11 nats) ends on a loss
 above the ceiling, so "to the end of the run" means to that stop: γ only grows on a ramp.
 
 The window and margin are this project's reading, named here; with window 5 the trailing
