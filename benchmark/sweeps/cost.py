@@ -9,7 +9,8 @@ bound**: every run uses its whole iteration budget ``max_iters``, and evaluates 
 iterations plus, near each target it tracks, at most two evaluation intervals at the fine
 cadence E_F (``2·E/E_F`` more evaluations per target; with ``--ttt-resolution`` the cadence
 may be every iteration, so ``2·E``). Method overheads (Top-k over d
-values, the planner) are not counted; they are milliseconds per iteration.
+values, the planner) are not counted; they are milliseconds per iteration, except at the
+GPT-2 ``mid`` profile's 27.4M parameters, whose entry is the measured loop time.
 
 The per-iteration times and their sources are in :data:`STEP_TIMES`; a (task, profile)
 without one is reported as not estimated, never guessed.
@@ -57,10 +58,13 @@ STEP_TIMES: dict[tuple[str, str], StepTime] = {
         "token); evaluation: WikiText-103's test split, about 280 blocks of 1024 tokens, at a "
         "third of a training step's time per block: 280 x 0.146 / 12 / 3 = 1.1 s"),
     ("gpt2-wikitext", "mid"): StepTime(
-        1.06, 7.3, "a 2-core CPU (2 threads)",
-        "the gpt2-wikitext mid profile's measured T (27.4M parameters, 4 x 256 tokens per "
-        "worker, 2026-11-28); evaluation: its 64 test blocks, 16 per forward pass, 1.76-1.88 "
-        "s per pass measured = 7.3 s"),
+        1.75, 7.3, "a 2-core CPU (2 threads)",
+        "measured in suite gpt2-stability on an idle 2-core VM (2026-11-28): DeCo-SGD 7.0 s "
+        "per iteration of 4 workers, so 1.75 s per worker, D-SGD 5.5 s (1.38 s); the "
+        "profile's T, one forward/backward of 4 x 256 tokens at 27.4M parameters, is 1.06 s, "
+        "and the rest is the loop's work on 27.4M-value tensors (Top-k, error feedback, "
+        "averaging), which is not milliseconds at this size; evaluation: its 64 test "
+        "blocks, 16 per forward pass, 1.76-1.88 s per pass measured = 7.3 s"),
     ("cnn-fmnist", "paper"): StepTime(
         0.016, 0.5, "a 2-core CPU (an upper bound for a GPU)",
         "the cnn-fmnist cpu profile's measured T (the same CNN and batch); evaluation: the "
