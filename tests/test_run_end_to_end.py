@@ -110,6 +110,21 @@ def test_divergence_loss_stops_a_finite_run(tmp_path, fmnist_root):
     assert yaml.safe_load((out / "config.yaml").read_text())["divergence_loss"] == 2.0
     high = _run(tmp_path, fmnist_root, "high", "--method", "d-sgd", "--divergence-loss", "100")
     assert read_summary(high)["status"] != "diverged" and read_summary(high)["iterations"] == 12
+    # with a window of 5 the ceiling judges the median of the last 5 losses, once 5 exist
+    windowed = _run(tmp_path, fmnist_root, "win", "--method", "d-sgd", "--divergence-loss",
+                    "2.0", "--divergence-window", "5")
+    assert read_summary(windowed)["diverged_at_iteration"] == 5
+
+
+def test_above_ceiling_by_hand():
+    from decobench.training.loop import above_ceiling
+    # D-SGD's ramp on GPT-2 mid, iterations 137-141: one spike of 12.25, median 6.75
+    assert not above_ceiling([6.7, 6.34, 12.25, 6.75, 7.12], 11.0, 5)
+    assert above_ceiling([6.7, 6.34, 12.25], 11.0, 1)                 # the spike alone
+    assert above_ceiling([10.1, 11.2, 11.3, 10.9, 11.5], 11.0, 5)     # median 11.2
+    assert not above_ceiling([12.0, 12.0, 12.0, 12.0], 11.0, 5)       # fewer than 5 yet
+    assert not above_ceiling([12.0], None, 1)                          # no ceiling
+    assert not above_ceiling([1.0, 12.0, 13.0, 1.0], 11.0, 4)         # (1 + 12) / 2 = 6.5
 
 
 def test_yaml_config_with_flag_override(tmp_path, fmnist_root):

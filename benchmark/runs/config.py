@@ -225,6 +225,10 @@ class RunConfig(BaseModel):
         "loss exceeds L (the task's loss units: nats per token for GPT-2, whose untrained loss is "
         "ln(vocabulary), 9.7 at the mid profile), e.g. a γ ramp past its stable step; default: "
         "only a loss that is not finite (docs/design.md §6.4)")
+    divergence_window: int = Field(
+        1, ge=1, le=100, description="--divergence-loss judges the median of the last W "
+        "training losses, once W exist, so a one-off spike does not stop the run (default 1: "
+        "each loss alone)")
     log_every: int = Field(1, ge=1, description="write a metrics row every k iterations "
                            "(default 1)")
     replay_schedule: str | None = Field(

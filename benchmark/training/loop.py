@@ -53,6 +53,18 @@ from decobench.training.progress import RunProgress
 from decobench.training.sharding import ShardedBatches
 
 
+def above_ceiling(recent: Sequence[float], ceiling: float | None, window: int) -> bool:
+    """Whether the run diverged by ``--divergence-loss`` (docs/design.md §6.4): the median
+    of its last ``window`` training losses is above ``ceiling``, once ``window`` exist. A
+    window of 5 lets a one-off spike pass (D-SGD's γ ramp on GPT-2 mid had single losses
+    of 11.5 and 12.3 and went on training at 6.3)."""
+    if ceiling is None or len(recent) < window:
+        return False
+    ordered = sorted(recent[-window:])
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return median > ceiling
+
 class LoopConfig(Protocol):
     """The fields of a run's config the loop reads (:class:`decobench.runs.config.RunConfig`
     has them; the runs floor sits above this one)."""
@@ -389,11 +401,14 @@ def train(run: LoopRun, data: TaskData, transport: Transport, evaluations: Evalu
                            enabled=show_progress and leader)
 
     ceiling = run.config.divergence_loss   # a finite loss above it diverged too (§6.4)
+    window = run.config.divergence_window
+    recent: list[float] = []               # the last `window` losses, for the ceiling
     first = 0
     if resume is not None:                 # continue after the checkpointed iteration
         learner.load_state_dict(resume["learner"])
         outcome, book, metrics_at = resume["outcome"], resume["book"], resume["metrics_at"]
         first = resume["iteration"]
+        recent = list(resume.get("recent_losses", []))
     transport.start(learner.d, None if resume is None else resume["transport"])
 
     def state_after(k: int) -> dict[str, Any]:
@@ -403,7 +418,8 @@ def train(run: LoopRun, data: TaskData, transport: Transport, evaluations: Evalu
             rows_out.known(transport.losses())
         assert not rows_out.pending, "a checkpoint needs every row written"
         return {"iteration": k + 1, "learner": learner.state_dict(), "outcome": outcome,
-                "book": book, "metrics_at": metrics_at, "transport": state}
+                "book": book, "metrics_at": metrics_at, "transport": state,
+                "recent_losses": list(recent)}
 
     def save_checkpoint(k: int) -> None:
         """After iteration k, when the transport says every process saves now."""
@@ -415,7 +431,8 @@ def train(run: LoopRun, data: TaskData, transport: Transport, evaluations: Evalu
                 learner.observe(observation)
             t0 = time.perf_counter()
             loss = learner.compute(k)
-            if not math.isfinite(loss) or (ceiling is not None and loss > ceiling):
+            recent = (recent + [loss])[-window:]
+            if not math.isfinite(loss) or above_ceiling(recent, ceiling, window):
                 transport.flag_divergence(k)
             if transport.diverged_at() is not None:      # agreed at once (one process)
                 outcome.status, outcome.diverged_at_iteration = "diverged", k + 1

@@ -1,0 +1,64 @@
+"""The committed runs of issue 43's ablation (docs/results/gpt2-stability/runs, the finished
+runs of suite gpt2-stability without their checkpoints) and the ramp table of
+docs/results/gpt2-stability.md: every row is what reports/stability.py reads from those
+runs today, and every committed ramp has its row."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from decobench.reports import stability
+from decobench.reports.runs import load_runs
+from decobench.sweeps.suite import expand_cells, load_suite
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "results" / "gpt2-stability.md"
+RUNS = ROOT / "docs" / "results" / "gpt2-stability"
+
+
+def _ramp_table(text: str) -> list[dict[str, str]]:
+    """The rows of the first Markdown table whose header starts with 'label' and has a
+    'largest stable γ' column."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines)
+                 if re.match(r"^\|\s*label\s*\|", line) and "largest stable γ" in line)
+    header = [c.strip() for c in lines[start].strip().strip("|").split("|")]
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(header, (c.strip() for c in line.strip().strip("|").split("|")),
+                             strict=True)))
+    return rows
+
+
+def test_every_ramp_row_is_read_from_the_committed_runs():
+    ramps = [r for r in load_runs(RUNS).runs if stability.is_ramp(r)]
+    assert ramps, "no committed ramp runs"
+    rows = _ramp_table(DOC.read_text(encoding="utf-8"))
+    by_run = {row["run"].strip("`"): row for row in rows}
+    assert sorted(by_run) == sorted(r.path.name for r in ramps)
+    for run in ramps:
+        found = stability.run_stable_step(run)
+        row = by_run[run.path.name]
+        assert row["label"] == run.label
+        assert row["largest stable γ"] == f"{'≥ ' if found.censored else ''}{found.gamma:.4g}"
+        assert row["left its trend at"] == ("-" if found.left_at is None else str(found.left_at))
+        assert row["status"].split(" ")[0] == run.summary["status"]
+
+
+def test_committed_runs_belong_to_the_shipped_suite(tmp_path):
+    """Each committed run is one of the suite's cells as shipped (its directory name ends in
+    the cell's identity), or the doc names it as a run of an earlier version of the suite;
+    no checkpoint is committed."""
+    suite, _ = load_suite("gpt2-stability")
+    cells = {cell.name: cell for cell in expand_cells(suite, tmp_path)}
+    text = DOC.read_text(encoding="utf-8")
+    runs = load_runs(RUNS).runs
+    assert runs
+    for run in runs:
+        assert run.summary["suite"] == "gpt2-stability"
+        assert not list(run.path.glob("checkpoint*"))
+        if run.path.name not in cells:
+            assert f"`{run.path.name}`" in text, f"{run.path.name}: not a cell of the suite"
