@@ -50,8 +50,9 @@ _ORDER = ("--config", "task", "method", "workers", "trace", "regime", "transmiss
           "device", "matmul_precision", "eval_every", "fine_eval_every", "fine_eval_margin",
           "ttt_resolution", "milestones", "batch_size", "lr", "momentum", "weight_decay",
           "schedule", "warmup_iters", "topk_scope", "ef_units", "clip_norm", "step_bound",
-          "momentum_correction", "divergence_loss", "divergence_window", "log_every", "replay_schedule", "transport_model",
-          "calibrate_transport", "label", "condition", "--no-progress", "--no-wandb")
+          "momentum_correction", "divergence_loss", "divergence_window", "log_every",
+          "replay_schedule", "transport_model", "calibrate_transport", "label", "condition",
+          "--no-progress", "--no-wandb")
 """The order of ``--help`` (a run-config key not named here comes last)."""
 
 _FLAG_NAMES = {"milestones": "--milestone"}
@@ -65,7 +66,8 @@ _METAVARS = {
     "collectives_in_flight": "N", "compute_time_s": "SECONDS", "device": "auto|cpu|cuda[:N]",
     "eval_every": "E", "fine_eval_every": "E_F", "fine_eval_margin": "M", "ttt_resolution": "R",
     "milestones": "TARGET", "replay_schedule": "METRICS.jsonl|RUN_DIR",
-    "transport_model": "ideal|FILE|RUN_DIR", "clip_norm": "C", "divergence_loss": "L", "divergence_window": "W"}
+    "transport_model": "ideal|FILE|RUN_DIR", "clip_norm": "C", "divergence_loss": "L",
+    "divergence_window": "W"}
 """Metavars other than argparse's (the key in capitals)."""
 
 

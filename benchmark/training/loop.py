@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -60,10 +61,7 @@ def above_ceiling(recent: Sequence[float], ceiling: float | None, window: int) -
     of 11.5 and 12.3 and went on training at 6.3)."""
     if ceiling is None or len(recent) < window:
         return False
-    ordered = sorted(recent[-window:])
-    mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return median > ceiling
+    return statistics.median(recent[-window:]) > ceiling
 
 class LoopConfig(Protocol):
     """The fields of a run's config the loop reads (:class:`decobench.runs.config.RunConfig`
