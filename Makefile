@@ -80,8 +80,9 @@ reproduce: $(STAMP) $(if $(STANDIN_DEPS),$(STANDINS)/README.txt)
 	$(VENV)/bin/decobench sweep $(SUITE) --out $(RESULTS) $(DATA_FLAGS) $(if $(JOBS),--jobs $(JOBS))
 	$(VENV)/bin/decobench report $(RESULTS)
 
-# Issue 43's GPU check (docs/suites.md "gpu-stability"): GPT-2 124M, D-SGD and DeCo-SGD for
-# 250 iterations each on one GPU (about 7 minutes on an H200), then each run's measured
+# Issue 43's GPU check (docs/suites.md "gpu-stability"): GPT-2 124M, D-SGD and DeCo-SGD with
+# clipping, 300 iterations at γ 0.01 and 200 at γ 0.05, on one GPU (about 10 minutes on an
+# H200; docs/results/gpu-stability.md), then each run's measured
 # per-iteration times (RESULTS_GPU/step_times.json, in the units of benchmark/sweeps/cost.py)
 # and loss curves (RESULTS_GPU/curves.csv).
 RESULTS_GPU ?= results/gpu-stability

@@ -62,3 +62,53 @@ def test_committed_runs_belong_to_the_shipped_suite(tmp_path):
         assert not list(run.path.glob("checkpoint*"))
         if run.path.name not in cells:
             assert f"`{run.path.name}`" in text, f"{run.path.name}: not a cell of the suite"
+
+
+GPU_DOC = ROOT / "docs" / "results" / "gpu-stability.md"
+GPU_RUNS = ROOT / "docs" / "results" / "gpu-stability"
+
+
+def _largest_rise(run) -> str:
+    """The largest rise of the smoothed training loss above its running minimum, and where."""
+    iterations, losses = stability.loss_rows(run)
+    best, top = float("inf"), (0.0, 0)
+    for i, v in zip(iterations, stability.smoothed(losses), strict=True):
+        if v - best > top[0]:
+            top = (v - best, i)
+        best = min(best, v)
+    return f"{top[0]:.2f} at {top[1]}"
+
+
+def test_every_gpu_row_is_read_from_the_committed_runs(tmp_path):
+    """docs/results/gpu-stability.md's run table: losses, perplexities, the largest rise and
+    the time per iteration are those of the committed runs and their step_times.json, and
+    every run is a cell of the shipped gpu-stability suite."""
+    import json
+
+    runs = load_runs(GPU_RUNS).runs
+    times = json.loads((GPU_RUNS / "step_times.json").read_text())
+    cells = {cell.name for cell in expand_cells(load_suite("gpu-stability")[0], tmp_path)}
+    text = GPU_DOC.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| label | step γ"))
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    rows = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        row = dict(zip(header, (c.strip() for c in line.strip("|").split("|")), strict=True))
+        rows[row["run"].strip("`")] = row
+    assert sorted(rows) == sorted(r.path.name for r in runs) == sorted(cells)
+    for run in runs:
+        row = rows[run.path.name]
+        loss = {int(m["iteration"]): m["loss"] for m in run.metrics if "loss" in m}
+        ppl = {int(m["iteration"]): m["metric"] for m in run.metrics
+               if m.get("metric") is not None}
+        assert row["label"] == run.label and not list(run.path.glob("checkpoint*"))
+        assert row["step γ"].split(",")[0] == f"{float(run.config['lr']):g}"
+        assert row["loss at 30 / 60 / 100 / 200 / 300"] == " / ".join(
+            f"{loss[i]:.2f}" if i in loss else "-" for i in (30, 60, 100, 200, 300))
+        assert row["perplexity at 50 / 100 / 150 / 200 / 250 / 300"] == " / ".join(
+            f"{ppl[i]:.0f}" if i in ppl else "-" for i in (50, 100, 150, 200, 250, 300))
+        assert row["largest rise above its running minimum (median of 5)"] == _largest_rise(run)
+        assert row["s per iteration"] == f"{times[run.path.name]['iteration_s']:.3f}"

@@ -56,7 +56,10 @@ STEP_TIMES: dict[tuple[str, str], StepTime] = {
         "fifth, i.e. 0.146 s per worker step (1.36 s per iteration in full float32; the "
         "profile's T, 0.079 s, is an A100 at 40% model-FLOPs utilisation with 6N FLOPs per "
         "token); evaluation: WikiText-103's test split, about 280 blocks of 1024 tokens, at a "
-        "third of a training step's time per block: 280 x 0.146 / 12 / 3 = 1.1 s"),
+        "third of a training step's time per block: 280 x 0.146 / 12 / 3 = 1.1 s. `make "
+        "gpu-check` on one H200 (torch 2.11, 2026-11-28) measured 0.126 s (D-SGD) and 0.128 s "
+        "(DeCo-SGD) per worker step and 1.30-1.34 s per evaluation of the WikiText-2 slice's "
+        "test split in the sweep's own loop, so these figures stay an upper bound"),
     ("gpt2-wikitext", "mid"): StepTime(
         1.75, 7.3, "a 2-core CPU (2 threads)",
         "measured in suite gpt2-stability on an idle 2-core VM (2026-11-28): DeCo-SGD 7.0 s "
