@@ -292,6 +292,16 @@ def build(rs: RunSet) -> tuple[list[Block], list[Table], list[figs.FigureFile]]:
         blocks.append(_skip("no γ-ramp runs (a linear warm-up over the whole budget: "
                             "schedule warmup with warmup_iters >= max_iters)"))
 
+    blocks.append(Heading(2, "Loss curves of runs without a target"))
+    if figs.untargeted(runs):
+        blocks.append(Para(
+            "Cells in which no run has a target (and none is a γ ramp), such as the "
+            "gpu-stability check: with no time to target to compare, the training loss and "
+            "the metric against iteration are the evidence."))
+        add_figures(figs.loss_curves(runs))
+    else:
+        blocks.append(_skip("every cell has a target or a γ ramp"))
+
     blocks.append(Heading(2, "Where the time goes"))
     add_table(time_table(runs))
 

@@ -14,7 +14,9 @@ drawn under a fixed ``rc_context`` with ``svg.hashsalt`` set; PNGs are saved wit
   (log) and τ, and the seed's oracle pair dashed (:mod:`decobench.reports.robust`);
 - regime map: DeCo-SGD's speed-up over the (ρ, λ) grid with the paper's figures as contours;
 - stability: per cell with γ-ramp runs, the training loss of the runs beside them against
-  iteration, and of the ramps against γ (:mod:`decobench.reports.stability`).
+  iteration, and of the ramps against γ (:mod:`decobench.reports.stability`);
+- loss curves: per cell whose runs have no target and no ramp (a time-to-target figure has
+  nothing to show there), the training loss and the metric against iteration.
 """
 
 from __future__ import annotations
@@ -401,6 +403,66 @@ def stability(runs: Sequence[Run]) -> list[FigureFile]:
                    "before its loss left its trend for good, reports/stability.py); runs "
                    + ", ".join(r.rel for r in [*beside, *ramps]) + ".")
         out.append(render(slug("stability", task, condition, f"w{workers}"), f"Loss curves and γ ramps: {task}, "
+                          f"{condition}, {workers} workers", caption, (9.6, 4.2), draw))
+    return out
+
+
+def _curve_label(run: Run, runs: Sequence[Run]) -> str:
+    """The run's label, with its step γ (and warm-up) where another run has the same label,
+    and its seed where such a run has another seed (its directory's name where config.yaml
+    gives no step)."""
+    same = [r for r in runs if r.label == run.label]
+    if len(same) < 2:
+        return run.label
+    c = run.config
+    lr = as_float(c.get("lr"))
+    if lr is None:
+        return f"{run.label} ({run.path.name})"
+    warm = f", warm-up {c.get('warmup_iters')}" if c.get("schedule") == "warmup" else ""
+    seed = f", seed {run.seed}" if any(r.seed != run.seed for r in same) else ""
+    return f"{run.label} (γ {lr:g}{warm}{seed})"
+
+
+def untargeted(runs: Sequence[Run]) -> dict[tuple[str, str, int], list[Run]]:
+    """The cells in which no run has a target and none is a γ ramp."""
+    return {key: rs for key, rs in group(runs, cell_key).items()
+            if all(r.summary.get("target") is None and not st.is_ramp(r) for r in rs)}
+
+
+def loss_curves(runs: Sequence[Run]) -> list[FigureFile]:
+    """Per cell of :func:`untargeted`: left, each run's training loss (trailing median of
+    5) against iteration; right, its metric at each evaluation."""
+    out = []
+    for key, rs in untargeted(runs).items():
+        names = {r.rel: _curve_label(r, rs) for r in rs}
+        palette = colours(list(names.values()))
+        metric = rs[0].summary.get("metric_name", "metric")
+
+        def draw(fig: Figure, rs: list[Run] = rs, names: dict[str, str] = names,
+                 palette: dict[str, str] = palette, metric: str = metric) -> None:
+            loss_ax, metric_ax = fig.subplots(1, 2)
+            for r in rs:
+                colour = palette[names[r.rel]]
+                its, loss = _loss_rows(r)
+                loss_ax.plot(its, loss, color=colour, label=names[r.rel], linewidth=1.0)
+                points = [(int(m["iteration"]), v) for m in r.metrics
+                          if (v := as_float(m.get("metric"))) is not None]
+                if points:
+                    metric_ax.plot(*zip(*points, strict=True), color=colour, marker="o",
+                                   markersize=3, label=names[r.rel], linewidth=1.0)
+            loss_ax.set_xlabel("iteration")
+            loss_ax.set_ylabel("training loss (median of 5)")
+            loss_ax.legend(loc="best")
+            metric_ax.set_xlabel("iteration")
+            metric_ax.set_ylabel(metric)
+            if metric == "perplexity":
+                metric_ax.set_yscale("log")
+
+        task, condition, workers = key
+        caption = ("Training loss from metrics.jsonl, smoothed by a trailing median of "
+                   f"{st.WINDOW} iterations, and the {metric} of each evaluation; runs "
+                   + ", ".join(r.rel for r in rs) + ".")
+        out.append(render(slug("loss", task, condition, f"w{workers}"), f"Loss curves: {task}, "
                           f"{condition}, {workers} workers", caption, (9.6, 4.2), draw))
     return out
 

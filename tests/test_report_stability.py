@@ -71,3 +71,32 @@ def test_the_report_reads_a_ramp_run(tmp_path, fmnist_root):
     figure = "stability__cnn-fmnist__wan-200ms-lowbw-varying__w2"
     assert (tmp_path / "results" / "figures" / f"{figure}.png").is_file()
     assert f"figures/{figure}.png" in section
+
+
+def test_the_report_draws_loss_curves_for_cells_without_a_target(tmp_path):
+    """The committed gpu-stability runs (no target, no ramp): the report's loss-curve section
+    has their cell's figure, the two runs that share a label told apart by their γ; a cell
+    with a target gets none."""
+    import shutil
+    from pathlib import Path
+
+    from decobench.reports import figures
+    from decobench.reports.build import write_report
+    from decobench.reports.runs import load_runs
+
+    committed = Path(__file__).resolve().parents[1] / "docs" / "results" / "gpu-stability"
+    shutil.copytree(committed / "runs", tmp_path / "runs")
+    runs = load_runs(tmp_path).runs
+    assert list(figures.untargeted(runs)) == [("gpt2-wikitext", "paper-gpt2", 4)]
+    names = sorted(figures._curve_label(r, runs) for r in runs)
+    assert names == ["d-sgd+clip1 (γ 0.01)", "d-sgd+clip1 (γ 0.05, warm-up 50)",
+                     "deco-sgd+clip1 (γ 0.01)", "deco-sgd+clip1 (γ 0.05, warm-up 50)"]
+    text = write_report(tmp_path).markdown.read_text()
+    section = text[text.index("## Loss curves of runs without a target"):
+                   text.index("## Where the time goes")]
+    assert "figures/loss__gpt2-wikitext__paper-gpt2__w4.png" in section
+    assert (tmp_path / "figures" / "loss__gpt2-wikitext__paper-gpt2__w4.png").is_file()
+    targeted = [r for r in runs if r.label == "d-sgd+clip1"]
+    for run in targeted:
+        run.summary["target"] = 1000.0
+    assert not figures.untargeted(targeted)
