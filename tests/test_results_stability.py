@@ -17,12 +17,12 @@ DOC = ROOT / "docs" / "results" / "gpt2-stability.md"
 RUNS = ROOT / "docs" / "results" / "gpt2-stability"
 
 
-def _ramp_table(text: str) -> list[dict[str, str]]:
-    """The rows of the first Markdown table whose header starts with 'label' and has a
-    'largest stable γ' column."""
+def _table(text: str, column: str) -> list[dict[str, str]]:
+    """The rows of the first Markdown table whose header starts with 'label' and has the
+    column ``column``."""
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines)
-                 if re.match(r"^\|\s*label\s*\|", line) and "largest stable γ" in line)
+                 if re.match(r"^\|\s*label\s*\|", line) and column in line)
     header = [c.strip() for c in lines[start].strip().strip("|").split("|")]
     rows = []
     for line in lines[start + 2:]:
@@ -36,7 +36,7 @@ def _ramp_table(text: str) -> list[dict[str, str]]:
 def test_every_ramp_row_is_read_from_the_committed_runs():
     ramps = [r for r in load_runs(RUNS).runs if stability.is_ramp(r)]
     assert ramps, "no committed ramp runs"
-    rows = _ramp_table(DOC.read_text(encoding="utf-8"))
+    rows = _table(DOC.read_text(encoding="utf-8"), "largest stable γ")
     by_run = {row["run"].strip("`"): row for row in rows}
     assert sorted(by_run) == sorted(r.path.name for r in ramps)
     for run in ramps:
@@ -88,16 +88,8 @@ def test_every_gpu_row_is_read_from_the_committed_runs(tmp_path):
     runs = load_runs(GPU_RUNS).runs
     times = json.loads((GPU_RUNS / "step_times.json").read_text())
     cells = {cell.name for cell in expand_cells(load_suite("gpu-stability")[0], tmp_path)}
-    text = GPU_DOC.read_text(encoding="utf-8")
-    lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| label | step γ"))
-    header = [c.strip() for c in lines[start].strip("|").split("|")]
-    rows = {}
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        row = dict(zip(header, (c.strip() for c in line.strip("|").split("|")), strict=True))
-        rows[row["run"].strip("`")] = row
+    rows = {row["run"].strip("`"): row
+            for row in _table(GPU_DOC.read_text(encoding="utf-8"), "| step γ |")}
     assert sorted(rows) == sorted(r.path.name for r in runs) == sorted(cells)
     for run in runs:
         row = rows[run.path.name]
