@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from markdown_tables import table
 
 from decobench.reports.claims import VERDICTS, base_verdict, claim_rows
 from decobench.sweeps.suite import (
@@ -25,25 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "results" / "cpu-paper.md"
 
 
-def _claims_table(text: str) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the first Markdown table whose header starts with 'claim'."""
-    lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines)
-                 if re.match(r"^\|?\s*claim\s*\|", line))
-    table = []
-    for line in [lines[start]] + lines[start + 2:]:
-        if "|" not in line:
-            break
-        table.append([c.strip() for c in line.strip().strip("|").split("|")])
-    return table[0], table[1:]
-
-
 def test_claims_table_lists_every_claim_with_a_verdict():
-    header, rows = _claims_table(DOC.read_text())
-    verdict_col = header.index("verdict")
+    rows = table(DOC.read_text(), "claim")
     expected = [row.claim for row in claim_rows([], [])]
-    assert [r[0] for r in rows] == expected
-    assert all(base_verdict(r[verdict_col]) in VERDICTS for r in rows)
+    assert [r["claim"] for r in rows] == expected
+    assert all(base_verdict(r["verdict"]) in VERDICTS for r in rows)
 
 
 SUPERSEDED = re.compile(r"^\*\*Superseded\.\*\* [^#]*?The tier now has (\d+) runs", re.MULTILINE)

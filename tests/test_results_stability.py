@@ -5,8 +5,9 @@ runs today, and every committed ramp has its row."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
+
+from markdown_tables import table
 
 from decobench.reports import stability
 from decobench.reports.runs import load_runs
@@ -17,26 +18,10 @@ DOC = ROOT / "docs" / "results" / "gpt2-stability.md"
 RUNS = ROOT / "docs" / "results" / "gpt2-stability"
 
 
-def _table(text: str, column: str) -> list[dict[str, str]]:
-    """The rows of the first Markdown table whose header starts with 'label' and has the
-    column ``column``."""
-    lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines)
-                 if re.match(r"^\|\s*label\s*\|", line) and column in line)
-    header = [c.strip() for c in lines[start].strip().strip("|").split("|")]
-    rows = []
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        rows.append(dict(zip(header, (c.strip() for c in line.strip().strip("|").split("|")),
-                             strict=True)))
-    return rows
-
-
 def test_every_ramp_row_is_read_from_the_committed_runs():
     ramps = [r for r in load_runs(RUNS).runs if stability.is_ramp(r)]
     assert ramps, "no committed ramp runs"
-    rows = _table(DOC.read_text(encoding="utf-8"), "largest stable γ")
+    rows = table(DOC.read_text(encoding="utf-8"), "label", "largest stable γ")
     by_run = {row["run"].strip("`"): row for row in rows}
     assert sorted(by_run) == sorted(r.path.name for r in ramps)
     for run in ramps:
@@ -89,7 +74,7 @@ def test_every_gpu_row_is_read_from_the_committed_runs(tmp_path):
     times = json.loads((GPU_RUNS / "step_times.json").read_text())
     cells = {cell.name for cell in expand_cells(load_suite("gpu-stability")[0], tmp_path)}
     rows = {row["run"].strip("`"): row
-            for row in _table(GPU_DOC.read_text(encoding="utf-8"), "| step γ |")}
+            for row in table(GPU_DOC.read_text(encoding="utf-8"), "label", "| step γ |")}
     assert sorted(rows) == sorted(r.path.name for r in runs) == sorted(cells)
     for run in runs:
         row = rows[run.path.name]
