@@ -64,12 +64,16 @@ def _metrics_without_wall_time(path):
 
 @pytest.mark.parametrize("method", sorted(set(method_specs()) - {"d-sgd", "dd-ef-sgd"}))
 def test_same_seed_gives_byte_identical_metrics(tmp_path, fmnist_root, method):
-    flags = ["--method", method, *(["--deco-interval", "4"] if method == "deco-sgd" else [])]
+    # 6 iterations (the last flags win): DeCo-SGD re-plans at 4, and both evaluations at 3
+    # and 6 are compared; another seed's first 3 losses differ
+    flags = ["--method", method, *(["--deco-interval", "4"] if method == "deco-sgd" else []),
+             "--max-iters", "6", "--eval-every", "3"]
     a = _run(tmp_path, fmnist_root, "a", *flags)
     b = _run(tmp_path, fmnist_root, "b", *flags)
+    assert len(read_metrics(a)) == 6
     assert _metrics_without_wall_time(a) == _metrics_without_wall_time(b)
-    c = _run(tmp_path, fmnist_root, "c", *flags, "--seed", "1")
-    assert _metrics_without_wall_time(a) != _metrics_without_wall_time(c)
+    c = _run(tmp_path, fmnist_root, "c", *flags, "--seed", "1", "--max-iters", "3")
+    assert [r["loss"] for r in read_metrics(a)[:3]] != [r["loss"] for r in read_metrics(c)]
 
 
 def test_target_stops_run_and_is_timed_when_model_exists(tmp_path, fmnist_root):

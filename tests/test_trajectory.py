@@ -80,7 +80,7 @@ def test_a_retimed_run_equals_a_fresh_run(tmp_path, fmnist_root, case):
     # evaluate every 10 and stop at their target
     extra = {"method_options": options, "max_iters": 20, "eval_every": 20}
     if case == "dd-ef-sgd-target":
-        extra.update(target=0.45, milestones=[0.3], fine_eval_every=5, eval_every=10,
+        extra.update(target=0.35, milestones=[0.25], fine_eval_every=5, eval_every=10,
                      max_iters=200)
     if case == "dd-ef-sgd-share":
         extra.update(target=0.4, milestones=[0.3], fine_eval_every=4, ttt_resolution=0.05,

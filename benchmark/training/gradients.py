@@ -34,6 +34,11 @@ ENGINES = ("grouped", "vmap", "loop")
 CHECK_RTOL = 1e-3
 """Tolerance of the one-time check of ``grouped`` against ``vmap`` (relative to the
 largest gradient entry of each worker): float32 summation order differs, nothing else."""
+PROBE_SAMPLES = 4
+"""Samples per worker the check runs on (the first of the probe batch): a layer's rule
+does not depend on the batch size, and the check then costs a few samples' forward and
+backward passes, not a whole step's twice (the models have no dropout or other randomness,
+so the probe draws nothing from the RNG)."""
 
 
 def on_gpu(tensor: Tensor) -> bool:
@@ -121,6 +126,7 @@ class WorkerGradients:
 
     def _check(self, params: Tensor, inputs: Tensor, targets: Tensor) -> str | None:
         assert self._grouped is not None
+        inputs, targets = inputs[:, :PROBE_SAMPLES], targets[:, :PROBE_SAMPLES]
         try:
             fast, fast_loss = self._grouped(params, inputs, targets)
         except torch.cuda.OutOfMemoryError:
