@@ -227,8 +227,9 @@ def test_a_run_measures_kappa_from_its_updates_and_repeats_itself(tmp_path, fmni
     def run(out):
         assert main(["run", "--task", "cnn-fmnist", "--method", "deco-sgd-robust",
                      "--workers", "2", "--trace", "wan-200ms-lowbw-varying",
-                     "--max-iters", "40", "--eval-every", "40", "--deco-interval", "10",
-                     "--adaptive-interval", "false", "--data-root", str(fmnist_root),
+                     "--batch-size", "16", "--max-iters", "13", "--eval-every", "13",
+                     "--deco-interval", "4", "--adaptive-interval", "false",
+                     "--data-root", str(fmnist_root),
                      "--out", str(out), "--no-wandb", "--no-progress"]) == 0
         rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         for row in rows:
@@ -238,7 +239,7 @@ def test_a_run_measures_kappa_from_its_updates_and_repeats_itself(tmp_path, fmni
     rows = run(tmp_path / "a")
     kappas = [row["plan_kappa"] for row in rows if "plan_kappa" in row]
     assert kappas[0] == 1.0                     # the first plan: no pairs yet, --kappa
-    assert len(kappas) > 2 and all(k != 1.0 and k >= 0 for k in kappas[1:])
+    assert len(kappas) == 3 and all(k != 1.0 and k >= 0 for k in kappas[1:])   # 4, 8, 12
     assert rows == run(tmp_path / "b")          # a fixed seed gives the same metrics
 
 
