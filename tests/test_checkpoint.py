@@ -145,7 +145,7 @@ def test_a_killed_sweep_continues_its_cell_from_the_checkpoint(tmp_path, fmnist_
              "conditions": {"wan": {"trace": "wan-200ms-lowbw-varying"}},
              "experiments": [{"name": "e", "tasks": ["cnn-fmnist"], "conditions": ["wan"],
                               "methods": ["deco-sgd"], "workers": [2], "seeds": [0],
-                              "max_iters": 30}]}
+                              "max_iters": 20}]}
     path = tmp_path / "ck.yaml"
     path.write_text(yaml.safe_dump(suite))
 
@@ -178,7 +178,7 @@ def test_a_killed_sweep_continues_its_cell_from_the_checkpoint(tmp_path, fmnist_
     # the trajectory recorded for reuse went on from the checkpoint too
     resumed, whole = (Trajectory.load(folder / "runs" / name / TRAJECTORY)
                       for folder in (out, tmp_path / "whole"))
-    assert len(resumed.steps) == 30 and resumed == whole
+    assert len(resumed.steps) == 20 and resumed == whole
     shutil.rmtree(tmp_path / "whole")
 
 
