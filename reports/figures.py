@@ -93,6 +93,18 @@ def colours(labels: Sequence[str]) -> dict[str, str]:
     return {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(sorted(set(labels)))}
 
 
+LINE_STYLES = ("-", "--", "-.")
+"""Solid, then dashed, then dash-dotted for labels beyond the palette's colours (dotted
+lines mark values, e.g. a ramp's largest stable γ)."""
+
+
+def line_styles(labels: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """A fixed (colour, line style) per label (sorted): the palette's colours solid, and
+    once they run out the same colours dashed, so no two labels draw alike (up to 30)."""
+    return {label: (PALETTE[i % len(PALETTE)], LINE_STYLES[i // len(PALETTE) % len(LINE_STYLES)])
+            for i, label in enumerate(sorted(set(labels)))}
+
+
 # ------------------------------------------------------------------------- time to accuracy
 def time_to_accuracy(runs: Sequence[Run], palette: dict[str, str]) -> list[FigureFile]:
     out = []
@@ -360,19 +372,21 @@ def _loss_rows(run: Run) -> tuple[list[int], list[float]]:
 def stability(runs: Sequence[Run]) -> list[FigureFile]:
     """Per (task, condition, workers) with γ-ramp runs: left, the training loss (trailing
     median of 5) of the other runs of that cell against iteration; right, the ramps' against
-    the step γ, each ramp's largest stable γ dotted. One colour per update-rule label."""
+    the step γ, each ramp's largest stable γ dotted. One colour and line style per
+    update-rule label (:func:`line_styles`)."""
     out = []
     for key, ramps in group([r for r in runs if st.is_ramp(r)], cell_key).items():
         beside = [r for r in runs if cell_key(r) == key and not st.is_ramp(r)]
-        palette = colours([_rule_name(r) for r in [*ramps, *beside]])
+        styles = line_styles([_rule_name(r) for r in [*ramps, *beside]])
 
         def draw(fig: Figure, ramps: list[Run] = ramps, beside: list[Run] = beside,
-                 palette: dict[str, str] = palette) -> None:
+                 styles: dict[str, tuple[str, str]] = styles) -> None:
             axes = fig.subplots(1, 2 if beside else 1, squeeze=False)[0]
             finite: list[float] = []
             for r in beside:
                 its, loss = _loss_rows(r)
-                axes[0].plot(its, loss, color=palette[_rule_name(r)], label=r.label,
+                colour, style = styles[_rule_name(r)]
+                axes[0].plot(its, loss, color=colour, linestyle=style, label=r.label,
                              linewidth=1.0)
                 finite += [v for v in loss if math.isfinite(v)]
             if beside:
@@ -382,12 +396,12 @@ def stability(runs: Sequence[Run]) -> list[FigureFile]:
             ax = axes[-1]
             for r in ramps:
                 its, loss = _loss_rows(r)
-                ax.plot(st.ramp_steps(r, its), loss, color=palette[_rule_name(r)],
+                colour, style = styles[_rule_name(r)]
+                ax.plot(st.ramp_steps(r, its), loss, color=colour, linestyle=style,
                         label=r.label, linewidth=1.0)
                 found = st.run_stable_step(r)
                 if not found.censored:
-                    ax.axvline(found.gamma, color=palette[_rule_name(r)], linestyle=":",
-                               linewidth=0.8)
+                    ax.axvline(found.gamma, color=colour, linestyle=":", linewidth=0.8)
                 finite += [v for v in loss if math.isfinite(v)]
             ax.set_xlabel("step γ of the ramp")
             ax.set_ylabel("training loss (median of 5)")

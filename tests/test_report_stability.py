@@ -100,3 +100,15 @@ def test_the_report_draws_loss_curves_for_cells_without_a_target(tmp_path):
     for run in targeted:
         run.summary["target"] = 1000.0
     assert not figures.untargeted(targeted)
+
+
+def test_the_figure_draws_no_two_labels_alike():
+    """The stability figure's 11+ rules: the palette's 10 colours solid, then the same colours
+    dashed (the 11th label is the first colour, dashed), each (colour, style) once."""
+    from decobench.reports.figures import PALETTE, line_styles
+
+    labels = [f"rule-{i:02d}" for i in range(30)]
+    styles = line_styles(list(reversed(labels)))
+    assert [styles[x] for x in labels[:11]] == [*((c, "-") for c in PALETTE), (PALETTE[0], "--")]
+    assert styles["rule-29"] == (PALETTE[9], "-.")
+    assert len(set(styles.values())) == 30
