@@ -101,8 +101,10 @@ lines mark values, e.g. a ramp's largest stable γ)."""
 def line_styles(labels: Sequence[str]) -> dict[str, tuple[str, str]]:
     """A fixed (colour, line style) per label (sorted): the palette's colours solid, and
     once they run out the same colours dashed, so no two labels draw alike (up to 30)."""
-    return {label: (PALETTE[i % len(PALETTE)], LINE_STYLES[i // len(PALETTE) % len(LINE_STYLES)])
-            for i, label in enumerate(sorted(set(labels)))}
+    ordered = sorted(set(labels))
+    palette = colours(ordered)
+    return {label: (palette[label], LINE_STYLES[i // len(PALETTE) % len(LINE_STYLES)])
+            for i, label in enumerate(ordered)}
 
 
 # ------------------------------------------------------------------------- time to accuracy
