@@ -84,10 +84,12 @@ reproduce: $(STAMP) $(if $(STANDIN_DEPS),$(STANDINS)/README.txt)
 # clipping, 300 iterations at γ 0.01 and 200 at γ 0.05, on one GPU (about 10 minutes on an
 # H200; docs/results/gpu-stability.md), then each run's measured
 # per-iteration times (RESULTS_GPU/step_times.json, in the units of benchmark/sweeps/cost.py)
-# and loss curves (RESULTS_GPU/curves.csv).
-RESULTS_GPU ?= results/gpu-stability
+# and loss curves (RESULTS_GPU/curves.csv). GPU_SUITE=gpu-1000: issue 43 point 3's
+# 1,000-iteration comparison instead (docs/suites.md "gpu-1000").
+GPU_SUITE   ?= gpu-stability
+RESULTS_GPU ?= results/$(GPU_SUITE)
 gpu-check: $(STAMP)
-	$(VENV)/bin/decobench sweep gpu-stability --out $(RESULTS_GPU) $(DATA_FLAGS) --jobs 1 --no-wandb
+	$(VENV)/bin/decobench sweep $(GPU_SUITE) --out $(RESULTS_GPU) $(DATA_FLAGS) --jobs 1 --no-wandb
 	$(PY) -m decobench.sweeps.cost $(RESULTS_GPU)
 
 # CI smoke benchmark (docs/ci.md): run SUITE afresh into CHECK_RESULTS (a fresh folder: a

@@ -347,6 +347,38 @@ def test_vmap_gradients_match_autograd_with_tied_embeddings():
         assert torch.allclose(grads[i], expected, atol=1e-6, rtol=1e-4)
 
 
+def test_attention_is_sdpa_only_on_a_gpu_outside_vmap():
+    from torch.func import grad, vmap
+
+    from decobench.tasks.gpt2_wikitext import attention_for, under_vmap
+
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    assert attention_for(gpu, vmapped=False) == "sdpa"
+    assert attention_for(gpu, vmapped=True) == "eager"
+    assert attention_for(cpu, vmapped=False) == attention_for(cpu, vmapped=True) == "eager"
+    seen: list[bool] = []
+
+    def probe(x: torch.Tensor) -> torch.Tensor:
+        seen.append(under_vmap())
+        return x.sum()
+
+    probe(torch.ones(2))
+    grad(probe)(torch.ones(2))                 # the loop engine: grad, no vmap
+    vmap(probe)(torch.ones(2, 3))              # the vmap engine: vmap over grad
+    vmap(grad(probe))(torch.ones(2, 3))
+    assert seen == [False, False, True, True]
+
+
+def test_cpu_forward_keeps_eager_attention():
+    """On the CPU every forward pass uses the eager code the project's pinned results come
+    from, whatever the model was last set to."""
+    task = Gpt2WikiText()
+    model = build_seeded_model(task, task.profile("cpu"), seed=0)
+    model.gpt.config._attn_implementation = "sdpa"
+    model(torch.zeros(1, 8, dtype=torch.long))
+    assert model.gpt.config._attn_implementation == "eager"
+
+
 # --- end to end -------------------------------------------------------------------------
 
 @pytest.fixture
@@ -379,6 +411,18 @@ def test_mid_profile_trains_deco_sgd_with_layerwise_topk_at_a_tiny_size(
     rows = read_metrics(out)
     assert [r["iteration"] for r in rows if "metric" in r] == [2]
     assert all(math.isfinite(r["loss"]) for r in rows)
+
+
+def test_autocast_bf16_run_end_to_end(tmp_path, registered, tokenizer_cache):
+    """``--autocast bf16`` trains and evaluates, and config.yaml says so (the gradients it
+    computes: tests/test_autocast.py)."""
+    out = run_tiny(tmp_path, "bf16", "--method", "deco-sgd", "--autocast", "bf16")
+    assert yaml.safe_load((out / "config.yaml").read_text())["autocast"] == "bf16"
+    rows = read_metrics(out)
+    assert [r["iteration"] for r in rows] == [1, 2, 3]
+    assert all(math.isfinite(r["loss"]) for r in rows)
+    summary = read_summary(out)
+    assert summary["status"] == "finished" and 1.0 < summary["final_metric"] < 3 * 4096
 
 
 @pytest.mark.parametrize("method", sorted(method_specs()))
@@ -584,3 +628,26 @@ def test_gpu_check_suite_at_a_tiny_size_on_the_cpu(tmp_path, registered, tokeniz
     rows = list(csv.DictReader((out / "curves.csv").open()))
     assert len(rows) == 16 and {r["label"] for r in rows} == {"d-sgd+clip1", "deco-sgd+clip1"}
     assert [r["metric"] != "" for r in rows[:8]] == [False] * 3 + [True] + [False] * 3 + [True]
+
+
+def test_gpu_1000_suite_runs_what_point_3_needs(tmp_path):
+    """The gpu-1000 suite (`make gpu-check GPU_SUITE=gpu-1000`): D-SGD for 1,000 iterations,
+    then DeCo-SGD for 1,500 and the per-tensor Top-k variant for 300, all clipped to norm 1
+    at the paper profile's γ 0.01 in bfloat16, evaluated every 25 (the training path with
+    --autocast bf16: test_autocast_bf16_run_end_to_end; the sweep and cost steps:
+    test_gpu_check_suite_at_a_tiny_size_on_the_cpu)."""
+    from decobench.sweeps.suite import expand_cells, load_suite
+
+    cells = expand_cells(load_suite("gpu-1000")[0], tmp_path)
+    got = [(c.config.label, c.config.method, c.config.max_iters, c.config.topk_scope)
+           for c in cells]
+    assert got == [("d-sgd+clip1", "d-sgd", 1000, None),
+                   ("deco-sgd+clip1", "deco-sgd", 1500, None),
+                   ("deco-sgd+clip1+topk-layer", "deco-sgd", 300, "layer")]
+    for cell in cells:
+        config = cell.config
+        assert (config.task, config.profile, config.regime) == (
+            "gpt2-wikitext", "paper", "paper:deco52-gpt2-wikitext")
+        assert (config.autocast, config.clip_norm, config.eval_every, config.seed) == (
+            "bf16", 1.0, 25, 0)
+        assert config.lr is None and config.schedule is None    # the profile's constant γ

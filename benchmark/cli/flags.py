@@ -47,7 +47,7 @@ _ORDER = ("--config", "task", "method", "workers", "trace", "regime", "transmiss
           "--resume", "checkpoint_every_s", "backend", "latency_mechanism",
           "emulation_timeout_s", "skip_probe", "packet_loss", "collectives_in_flight",
           "profile", "init", "topology", "compute_time", "compute_time_s", "gradient_engine",
-          "device", "matmul_precision", "eval_every", "fine_eval_every", "fine_eval_margin",
+          "device", "matmul_precision", "autocast", "eval_every", "fine_eval_every", "fine_eval_margin",
           "ttt_resolution", "milestones", "batch_size", "lr", "momentum", "weight_decay",
           "schedule", "warmup_iters", "topk_scope", "ef_units", "clip_norm", "step_bound",
           "momentum_correction", "divergence_loss", "divergence_window", "log_every",

@@ -168,6 +168,13 @@ class RunConfig(BaseModel):
         "set_float32_matmul_precision): auto (default) = high on a GPU, i.e. TensorFloat-32 "
         "tensor cores, 1.9x (ViT-B/16) to 2.3x (GPT-2) faster per iteration on an H200 than "
         "highest, full float32; the CPU always uses torch's default, highest")
+    autocast: Literal["off", "bf16"] = Field(
+        "off", description="mixed precision for the forward and backward passes (torch."
+        "autocast): off (default: float32 throughout), or bf16: matrix products and "
+        "attention in bfloat16 as nanoGPT trains GPT-2, while the parameters, the workers' "
+        "gradients, compression, error feedback and the update stay float32 "
+        "(docs/gradients.md \"Mixed precision\"); meant for GPUs' tensor cores: on most "
+        "CPUs bfloat16 products are slower than float32 ones")
     eval_every: int | None = Field(None, gt=0, description="evaluate every E iterations "
                                    "(default: the task profile's)")
     fine_eval_every: int | None = Field(

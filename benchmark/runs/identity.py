@@ -21,7 +21,7 @@ ADDED_LATER: tuple[str, ...] = ("fine_eval_every", "fine_eval_margin", "mileston
                                  "gradient_engine", "transport_model", "device",
                                  "matmul_precision", "ttt_resolution", "topk_scope",
                                  "ef_units", "clip_norm", "step_bound", "momentum_correction",
-                                 "divergence_loss", "divergence_window")
+                                 "divergence_loss", "divergence_window", "autocast")
 """RunConfig fields added after sweeps were first published: left out of a run's identity
 while they hold their default, so finished sweeps keep their identities (a run that sets one
 of them gets a new identity, as it computes something else)."""

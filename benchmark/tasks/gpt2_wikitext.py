@@ -56,7 +56,8 @@ class Gpt2Shape:
     def overrides(self) -> dict[str, object]:
         """The settings every model of this task has, from scratch or pretrained: no
         dropout, so a worker's forward pass is a pure function of (x, batch); no KV cache;
-        eager attention (see :meth:`config`)."""
+        eager attention (see :meth:`config`) until a forward pass picks its own
+        (:func:`attention_for`)."""
         return {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "use_cache": False,
                 "attn_implementation": "eager"}
 
@@ -64,7 +65,8 @@ class Gpt2Shape:
         """GPT-2's architecture at this size. Dropout is 0 so a worker's forward pass is a
         pure function of (x, batch); attention is the eager (matmul + softmax) code, which
         ``torch.func.vmap`` batches, while SDPA has no vmap batching rule on CPU and falls
-        back to a slow per-sample loop (measured here: same gradients, several times slower)."""
+        back to a slow per-sample loop (measured here: same gradients, several times slower).
+        On a GPU outside vmap each forward pass switches to SDPA (:func:`attention_for`)."""
         from transformers import GPT2Config
 
         return GPT2Config(
@@ -99,10 +101,28 @@ MODELS: dict[str, Gpt2Shape] = {
 }
 
 
+def under_vmap() -> bool:
+    """Whether the caller runs inside ``torch.func.vmap`` (the functorch interpreter stack
+    holds a vmap level)."""
+    from torch._C._functorch import TransformType, get_interpreter_stack
+
+    return any(level.key() == TransformType.Vmap for level in get_interpreter_stack() or ())
+
+
+def attention_for(device: torch.device, vmapped: bool) -> str:
+    """GPT-2's attention code for a forward pass on ``device``: ``sdpa`` (PyTorch's fused
+    ``scaled_dot_product_attention``, which never writes the [L, L] score matrices) on a GPU
+    outside ``vmap``; ``eager`` (matmul + softmax) under ``vmap``, which SDPA has no batching
+    rule for, and on the CPU, whose results the project pins (docs/gradients.md "Mixed
+    precision"). Both compute the same attention up to float rounding."""
+    return "sdpa" if device.type == "cuda" and not vmapped else "eager"
+
+
 class Gpt2LanguageModel(nn.Module):
     """``GPT2LMHeadModel`` whose ``forward(input_ids [B, L])`` returns logits ``[B, L, V]``,
     so ``torch.func.functional_call`` can run it with flat parameters. Random weights, or
-    with ``pretrained`` (a Hub id or local folder) those weights, which must have ``shape``."""
+    with ``pretrained`` (a Hub id or local folder) those weights, which must have ``shape``.
+    Each forward pass picks its attention code with :func:`attention_for`."""
 
     def __init__(self, shape: Gpt2Shape, pretrained: str | None = None) -> None:
         super().__init__()
@@ -123,6 +143,7 @@ class Gpt2LanguageModel(nn.Module):
         self.gpt = gpt.float().train()     # fp32 like the scratch model; no dropout anyway
 
     def forward(self, input_ids: Tensor) -> Tensor:
+        self.gpt.config._attn_implementation = attention_for(input_ids.device, under_vmap())
         return self.gpt(input_ids=input_ids, use_cache=False).logits
 
 

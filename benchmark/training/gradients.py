@@ -15,11 +15,16 @@ Three engines compute the same ``[n, d]`` gradients:
 parameter and its gradients match ``vmap``'s on a probe batch, else the fallback, and says
 which and why (the run's ``config.yaml``, ``gradients``). ``make bench`` measures each
 engine against one plain forward/backward over the same n·B samples.
+
+Every engine runs its forward and backward passes under ``torch.autocast`` when given an
+``autocast`` dtype (``--autocast bf16``, docs/gradients.md "Mixed precision"); the
+gradients it returns are float32 whatever the passes used.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -31,6 +36,8 @@ from decobench.training.grouped_gradients import GroupedGradients
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
 ENGINES = ("grouped", "vmap", "loop")
+AUTOCAST: dict[str, torch.dtype | None] = {"off": None, "bf16": torch.bfloat16}
+"""``--autocast`` value -> the dtype of ``torch.autocast`` (None: float32 throughout)."""
 CHECK_RTOL = 1e-3
 """Tolerance of the one-time check of ``grouped`` against ``vmap`` (relative to the
 largest gradient entry of each worker): float32 summation order differs, nothing else."""
@@ -53,16 +60,18 @@ class WorkerGradients:
     ``targets`` carry a leading worker axis ``[n, B, ...]``. ``engine``: ``auto`` (the
     fastest that applies, decided by :meth:`select`; ``vmap`` or ``loop`` until then) or
     one of :data:`ENGINES`. Buffers (e.g. BatchNorm statistics) are read from the template
-    module and not updated.
+    module and not updated. ``autocast``: the dtype the forward and backward passes run in
+    under ``torch.autocast`` (None: float32); parameters and gradients stay float32.
     """
 
     def __init__(self, module: nn.Module, layout: FlatLayout, loss_fn: LossFn,
-                 vectorise: bool = True, engine: str = "auto") -> None:
+                 vectorise: bool = True, engine: str = "auto",
+                 autocast: torch.dtype | None = None) -> None:
         if engine not in ("auto", *ENGINES):
             raise ValueError(f"unknown gradient engine {engine!r}; choose auto or "
                              f"{', '.join(ENGINES)}")
         self.module, self.layout, self.loss_fn = module, layout, loss_fn
-        self.vectorise = vectorise
+        self.vectorise, self.autocast = vectorise, autocast
         self.buffers = dict(module.named_buffers())
         self._grad = grad_and_value(self._loss)
         self.fallback = "vmap" if vectorise else "loop"
@@ -78,10 +87,16 @@ class WorkerGradients:
                     raise
                 self.reason = str(exc)
 
+    def _mixed(self, device: torch.device) -> AbstractContextManager[Any]:
+        """``torch.autocast`` to :attr:`autocast` on ``device``'s type (off when None)."""
+        return torch.autocast(device.type, dtype=self.autocast,
+                              enabled=self.autocast is not None)
+
     def _loss(self, flat: Tensor, inputs: Tensor, targets: Tensor) -> Tensor:
         params = self.layout.unflatten(flat)
-        outputs = functional_call(self.module, (params, self.buffers), (inputs,))
-        return self.loss_fn(outputs, targets)
+        with self._mixed(flat.device):
+            outputs = functional_call(self.module, (params, self.buffers), (inputs,))
+            return self.loss_fn(outputs, targets).float()
 
     def select(self, params: Tensor, inputs: Tensor, targets: Tensor) -> dict[str, Any]:
         """Choose the engine on a probe batch (``auto``) and describe the choice:
@@ -128,7 +143,8 @@ class WorkerGradients:
         assert self._grouped is not None
         inputs, targets = inputs[:, :PROBE_SAMPLES], targets[:, :PROBE_SAMPLES]
         try:
-            fast, fast_loss = self._grouped(params, inputs, targets)
+            with self._mixed(params.device):
+                fast, fast_loss = self._grouped(params, inputs, targets)
         except torch.cuda.OutOfMemoryError:
             raise                 # select() takes the per-worker loop
         except Exception as exc:  # noqa: BLE001 - any failure means: use the fallback
@@ -147,7 +163,8 @@ class WorkerGradients:
         params_dim = 0 if params.dim() == 2 else None
         if self.engine == "grouped" and params_dim is None:
             assert self._grouped is not None
-            return self._grouped(params, inputs, targets)
+            with self._mixed(params.device):
+                return self._grouped(params, inputs, targets)
         if self.engine != "loop":
             return vmap(self._grad, in_dims=(params_dim, 0, 0))(params, inputs, targets)
         results = [self._grad(params if params_dim is None else params[i], inputs[i], targets[i])
@@ -156,6 +173,8 @@ class WorkerGradients:
 
     @torch.no_grad()
     def forward(self, params: Tensor, inputs: Tensor) -> Tensor:
-        """Model outputs at flat parameters ``params`` ([d]) for a plain batch."""
-        return functional_call(self.module, (self.layout.unflatten(params), self.buffers),
-                               (inputs,))
+        """Model outputs at flat parameters ``params`` ([d]) for a plain batch (in the
+        autocast dtype when there is one: callers that sum over them cast to float32)."""
+        with self._mixed(params.device):
+            return functional_call(self.module, (self.layout.unflatten(params), self.buffers),
+                                   (inputs,))

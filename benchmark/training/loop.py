@@ -49,7 +49,7 @@ from decobench.training.allocator import keep_freed_memory
 from decobench.training.devices import describe, set_matmul_precision
 from decobench.training.evaluation import EvaluationSchedule, TargetBook
 from decobench.training.flat import FlatLayout
-from decobench.training.gradients import WorkerGradients
+from decobench.training.gradients import AUTOCAST, WorkerGradients
 from decobench.training.progress import RunProgress
 from decobench.training.sharding import ShardedBatches
 
@@ -72,6 +72,7 @@ class LoopConfig(Protocol):
     method: str
     topology: str
     matmul_precision: str
+    autocast: str
     gradient_engine: str
     target: float
     stop_at_target: bool
@@ -302,7 +303,8 @@ class ModelLearner:
         self.params = layout.flatten(model).to(device)
         try:
             self.gradients = WorkerGradients(model, layout, task.loss, vectorise=task.vectorise,
-                                             engine=config.gradient_engine)
+                                             engine=config.gradient_engine,
+                                             autocast=AUTOCAST[config.autocast])
         except ValueError as exc:             # --gradient-engine grouped on a model without rules
             raise DecobenchError(f"--gradient-engine {config.gradient_engine}: {exc}") from exc
         self.batches = ShardedBatches(data.num_train, n, run.batch_size, config.seed)
