@@ -632,7 +632,8 @@ def test_gpu_check_suite_at_a_tiny_size_on_the_cpu(tmp_path, registered, tokeniz
 
 def test_gpu_1000_suite_runs_what_point_3_needs(tmp_path):
     """The gpu-1000 suite (`make gpu-check GPU_SUITE=gpu-1000`): D-SGD for 1,000 iterations,
-    then DeCo-SGD for 1,500 and the per-tensor Top-k variant for 300, all clipped to norm 1
+    then DeCo-SGD for 1,500, the per-tensor Top-k variant for 300 and the other compared
+    methods for 50, all clipped to norm 1
     at the paper profile's γ 0.01 in bfloat16, evaluated every 25 (the training path with
     --autocast bf16: test_autocast_bf16_run_end_to_end; the sweep and cost steps:
     test_gpu_check_suite_at_a_tiny_size_on_the_cpu)."""
@@ -643,7 +644,9 @@ def test_gpu_1000_suite_runs_what_point_3_needs(tmp_path):
            for c in cells]
     assert got == [("d-sgd+clip1", "d-sgd", 1000, None),
                    ("deco-sgd+clip1", "deco-sgd", 1500, None),
-                   ("deco-sgd+clip1+topk-layer", "deco-sgd", 300, "layer")]
+                   ("deco-sgd+clip1+topk-layer", "deco-sgd", 300, "layer"),
+                   *((f"{m}+clip1", m, 50, None) for m in ("accordion", "dga", "cocktail-sgd",
+                                                            "cocktail-sgd-topk"))]
     for cell in cells:
         config = cell.config
         assert (config.task, config.profile, config.regime) == (
