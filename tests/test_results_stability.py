@@ -49,6 +49,25 @@ def test_committed_runs_belong_to_the_shipped_suite(tmp_path):
             assert f"`{run.path.name}`" in text, f"{run.path.name}: not a cell of the suite"
 
 
+def test_every_curve_row_is_read_from_the_committed_runs():
+    """The table of curves at γ 0.01: each committed run that is not a ramp has its row,
+    with the perplexities of its evaluations and its wall time."""
+    curves = [r for r in load_runs(RUNS).runs if not stability.is_ramp(r)]
+    assert curves, "no committed curve runs"
+    rows = {row["run"].strip("`"): row
+            for row in table(DOC.read_text(encoding="utf-8"), "label",
+                             "perplexity at iteration 50 / 100 / 150 / 200 / 250 / 300")}
+    assert sorted(rows) == sorted(r.path.name for r in curves)
+    for run in curves:
+        row = rows[run.path.name]
+        ppl = {int(m["iteration"]): m["metric"] for m in run.metrics
+               if m.get("metric") is not None}
+        assert row["label"] == run.label
+        assert row["perplexity at iteration 50 / 100 / 150 / 200 / 250 / 300"] == " / ".join(
+            f"{ppl[i]:,.0f}" if i in ppl else "-" for i in (50, 100, 150, 200, 250, 300))
+        assert row["wall time"] == f"{run.summary['wall_time_s'] / 60:.1f} min"
+
+
 GPU_DOC = ROOT / "docs" / "results" / "gpu-stability.md"
 GPU_RUNS = ROOT / "docs" / "results" / "gpu-stability"
 
