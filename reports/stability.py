@@ -106,6 +106,31 @@ def run_stable_step(run: Run) -> StableStep:
     return largest_stable_step(iterations, losses, ramp_steps(run, iterations))
 
 
+def evaluations(run: Run) -> list[tuple[int, float]]:
+    """The (iteration, metric) of each evaluation a run logged, in order."""
+    return [(int(r["iteration"]), v) for r in run.metrics
+            if "iteration" in r and (v := as_float(r.get("metric"))) is not None]
+
+
+def iterations_to(curve: Sequence[tuple[int, float]], perplexity: float) -> float | None:
+    """The iteration at which a perplexity ``curve`` of (iteration, perplexity) evaluations
+    first reaches ``perplexity`` (at or below), read between the two evaluations around the
+    crossing with the logarithm (the mean loss) linear in the iteration; the first
+    evaluation's iteration when it is there already, or when the one before it is not finite
+    (nothing to read between); None when the curve never reaches it. This is the reading the
+    curves of issue 43 are compared by (docs/results/gpt2-stability.md, "log-linear")."""
+    before: tuple[int, float] | None = None
+    for iteration, value in curve:
+        if value <= perplexity:
+            if before is None or not math.isfinite(before[1]):
+                return float(iteration)
+            start, high = before
+            part = (math.log(high) - math.log(perplexity)) / (math.log(high) - math.log(value))
+            return start + part * (iteration - start)
+        before = (iteration, value)
+    return None
+
+
 def ramp_table(runs: Sequence[Run]) -> Table:
     """Per ramp run: its update rules, momentum, the largest stable γ and where it left its
     trend."""
@@ -133,3 +158,59 @@ def ramp_table(runs: Sequence[Run]) -> Table:
                  "counts as above); the largest stable γ is the step of the iteration before. "
                  "≥: the run never left its trend (reports/stability.py). With momentum μ the "
                  "step taken is about γ/(1 − μ).")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m decobench.reports.stability RESULTS --reference LABEL --at N``: the
+    perplexity the reference curve (a run that is not a ramp) reached at its evaluation of
+    iteration N, and every other curve's iterations to it (:func:`iterations_to`) and their
+    ratio to N: issue 43 point 3's criterion (within 1.5x of D-SGD's iterations to the
+    perplexity D-SGD reaches in 1,000)."""
+    import argparse
+
+    from decobench.reports.runs import load_runs
+
+    parser = argparse.ArgumentParser(prog="python -m decobench.reports.stability",
+                                     description=main.__doc__)
+    parser.add_argument("results", help="a results folder of decobench sweep (or a copy of "
+                        "its runs/, as docs/results/gpt2-stability)")
+    parser.add_argument("--reference", required=True, metavar="LABEL",
+                        help="the label of the reference curve, e.g. d-sgd+clip1")
+    parser.add_argument("--at", required=True, type=int, metavar="N",
+                        help="an iteration the reference curve evaluated at, e.g. 1000")
+    args = parser.parse_args(None if argv is None else list(argv))
+    curves = [r for r in load_runs(args.results).runs if not is_ramp(r)]
+    references = [r for r in curves if r.label == args.reference]
+    if len(references) != 1:
+        labels = ", ".join(sorted({r.label for r in curves})) or "none"
+        parser.error(f"--reference {args.reference}: {len(references)} curve runs have that "
+                     f"label (curve labels here: {labels})")
+    reference = references[0]
+    reached = dict(evaluations(reference)).get(args.at)
+    if reached is None or not math.isfinite(reached):
+        parser.error(f"--at {args.at}: {args.reference} has no finite evaluation at iteration "
+                     f"{args.at} (its evaluations: "
+                     f"{', '.join(str(i) for i, _ in evaluations(reference))})")
+    print(f"{args.reference} at iteration {args.at}: perplexity {reached:,.1f}; each other "
+          "curve's iterations to it (log-linear between evaluations; by: at or before its "
+          "first evaluation)")
+    for run in sorted(curves, key=lambda r: r.label):
+        if run is reference or (run.task, run.condition) != (reference.task,
+                                                              reference.condition):
+            continue
+        curve = evaluations(run)
+        found = iterations_to(curve, reached)
+        if found is None:
+            last = curve[-1][0] if curve else 0
+            print(f"  {run.label}: not reached by iteration {last} (over {last / args.at:.2f}x)")
+        else:
+            position = [i for i, _ in curve].index(int(found)) if found in dict(curve) else None
+            bound = position is not None and (position == 0
+                                              or not math.isfinite(curve[position - 1][1]))
+            where = f"by iteration {found:.0f}" if bound else f"at iteration {found:.1f}"
+            print(f"  {run.label}: {where} ({found / args.at:.2f}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from decobench.reports.stability import largest_stable_step, smoothed
+from decobench.reports.stability import iterations_to, largest_stable_step, smoothed
 
 
 def test_a_run_that_leaves_its_trend_for_good():
@@ -44,6 +44,30 @@ def test_a_falling_loss_never_leaves_its_trend(values):
     iterations = list(range(1, len(losses) + 1))
     found = largest_stable_step(iterations, losses, [0.001 * k for k in iterations])
     assert found.censored and found.gamma == pytest.approx(0.001 * len(losses))
+
+
+def test_iterations_to_a_perplexity_reads_the_log_linearly():
+    curve = [(100, 1000.0), (200, 100.0), (300, 50.0)]
+    # by hand: sqrt(1000 x 100) = 316.2 is halfway in log between 1000 and 100
+    assert iterations_to(curve, math.sqrt(1000 * 100)) == pytest.approx(150)
+    assert iterations_to(curve, 100.0) == 200                  # met at an evaluation
+    assert iterations_to(curve, 2000.0) == 100                 # there at the first one
+    assert iterations_to(curve, 10.0) is None                  # never
+    # after a non-finite evaluation there is nothing to read between: that evaluation's
+    assert iterations_to([(50, math.inf), (100, 500.0)], 800.0) == 100
+    assert iterations_to([], 800.0) is None
+
+
+@given(st.lists(st.floats(1.0, 1e6), min_size=1, max_size=8), st.floats(1.0, 1e6))
+def test_iterations_to_lies_between_the_evaluations_around_the_crossing(values, target):
+    curve = [(25 * (i + 1), v) for i, v in enumerate(values)]
+    found = iterations_to(curve, target)
+    crossing = next((k for k, (_, v) in enumerate(curve) if v <= target), None)
+    if crossing is None:
+        assert found is None
+    else:
+        low = curve[crossing - 1][0] if crossing else curve[0][0]
+        assert low <= found <= curve[crossing][0]
 
 
 def test_the_report_reads_a_ramp_run(tmp_path, fmnist_root):

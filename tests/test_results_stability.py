@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from markdown_tables import table
 
 from decobench.reports import stability
@@ -66,6 +67,50 @@ def test_every_curve_row_is_read_from_the_committed_runs():
         assert row["perplexity at iteration 50 / 100 / 150 / 200 / 250 / 300"] == " / ".join(
             f"{ppl[i]:,.0f}" if i in ppl else "-" for i in (50, 100, 150, 200, 250, 300))
         assert row["wall time"] == f"{run.summary['wall_time_s'] / 60:.1f} min"
+
+
+def test_the_iteration_ratios_the_doc_quotes_are_read_from_the_curves():
+    """The log-linear readings docs/results/gpt2-stability.md quotes ("about 275 against
+    225: about 1.2x", ...) are what reports/stability.py's iterations_to reads."""
+    curves = {r.label: stability.evaluations(r) for r in load_runs(RUNS).runs
+              if not stability.is_ramp(r)}
+    text = " ".join(DOC.read_text(encoding="utf-8").split())
+
+    def to(label: str, perplexity: float) -> float:
+        found = stability.iterations_to(curves[label], perplexity)
+        assert found is not None
+        return found
+
+    # clipped DeCo-SGD against clipped D-SGD, to perplexity 1,250
+    assert round(to("d-sgd+clip1", 1250)) == 225 and round(to("deco-sgd+clip1", 1250)) == 274
+    assert "it needs about 275 iterations" in text and "against D-SGD's 225: about 1.2x" in text
+    assert round(to("deco-sgd+clip1", 1250) / to("d-sgd+clip1", 1250), 1) == 1.2
+    # the paper pipeline and per-tensor Top-k against unclipped D-SGD
+    dsgd = dict(curves["d-sgd"])
+    assert round(to("deco-sgd", dsgd[100]), -1) == 230 and "about 230 iterations" in text
+    assert [round(to("deco-sgd+topk-layer", dsgd[i]) / i, 2) for i in (100, 150, 200)] == [
+        1.70, 1.49, 1.35]
+    assert "170, 224 and 270 iterations" in text and "1.70x, 1.49x and 1.35x" in text
+
+
+def test_the_curve_reader_prints_each_curves_ratio(capsys):
+    assert stability.main([str(RUNS), "--reference", "d-sgd", "--at", "100"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("d-sgd at iteration 100: perplexity 1,040.1")
+    assert "  deco-sgd+topk-layer: at iteration 170.1 (1.70x)" in lines
+    assert "  d-sgd+momentum: by iteration 50 (0.50x)" in lines
+    assert "  deco-sgd+clip1: not reached by iteration 300 (over 3.00x)" in lines
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--reference", "adam", "--at", "100"], "--reference adam: 0 curve runs"),
+    (["--reference", "d-sgd", "--at", "75"], "--at 75: d-sgd has no finite evaluation"),
+])
+def test_the_curve_reader_says_what_is_wrong_in_one_line(capsys, args, says):
+    with pytest.raises(SystemExit) as exit_:
+        stability.main([str(RUNS), *args])
+    assert exit_.value.code == 2
+    assert says in capsys.readouterr().err.splitlines()[-1]
 
 
 GPU_DOC = ROOT / "docs" / "results" / "gpu-stability.md"
