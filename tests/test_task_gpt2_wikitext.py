@@ -651,6 +651,6 @@ def test_gpu_1000_suite_runs_what_point_3_needs(tmp_path):
         config = cell.config
         assert (config.task, config.profile, config.regime) == (
             "gpt2-wikitext", "paper", "paper:deco52-gpt2-wikitext")
-        assert (config.autocast, config.clip_norm, config.eval_every, config.seed) == (
-            "bf16", 1.0, 25, 0)
+        assert (config.autocast, config.clip_norm, config.eval_every, config.seed,
+                config.gradient_engine) == ("bf16", 1.0, 25, 0, "loop")
         assert config.lr is None and config.schedule is None    # the profile's constant γ
