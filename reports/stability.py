@@ -119,14 +119,22 @@ def iterations_to(curve: Sequence[tuple[int, float]], perplexity: float) -> floa
     evaluation's iteration when it is there already, or when the one before it is not finite
     (nothing to read between); None when the curve never reaches it. This is the reading the
     curves of issue 43 are compared by (docs/results/gpt2-stability.md, "log-linear")."""
+    found = _crossing(curve, perplexity)
+    return None if found is None else found[0]
+
+
+def _crossing(curve: Sequence[tuple[int, float]], perplexity: float
+              ) -> tuple[float, bool] | None:
+    """:func:`iterations_to`'s iteration, and whether it is only a bound (reached at or
+    before that evaluation: nothing finite before it to read between)."""
     before: tuple[int, float] | None = None
     for iteration, value in curve:
         if value <= perplexity:
             if before is None or not math.isfinite(before[1]):
-                return float(iteration)
+                return float(iteration), True
             start, high = before
             part = (math.log(high) - math.log(perplexity)) / (math.log(high) - math.log(value))
-            return start + part * (iteration - start)
+            return start + part * (iteration - start), False
         before = (iteration, value)
     return None
 
@@ -186,11 +194,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--reference {args.reference}: {len(references)} curve runs have that "
                      f"label (curve labels here: {labels})")
     reference = references[0]
-    reached = dict(evaluations(reference)).get(args.at)
+    evaluated = dict(evaluations(reference))
+    reached = evaluated.get(args.at)
     if reached is None or not math.isfinite(reached):
         parser.error(f"--at {args.at}: {args.reference} has no finite evaluation at iteration "
-                     f"{args.at} (its evaluations: "
-                     f"{', '.join(str(i) for i, _ in evaluations(reference))})")
+                     f"{args.at} (its evaluations: {', '.join(map(str, evaluated))})")
     print(f"{args.reference} at iteration {args.at}: perplexity {reached:,.1f}; each other "
           "curve's iterations to it (log-linear between evaluations; by: at or before its "
           "first evaluation)")
@@ -199,14 +207,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                               reference.condition):
             continue
         curve = evaluations(run)
-        found = iterations_to(curve, reached)
-        if found is None:
+        crossing = _crossing(curve, reached)
+        if crossing is None:
             last = curve[-1][0] if curve else 0
             print(f"  {run.label}: not reached by iteration {last} (over {last / args.at:.2f}x)")
         else:
-            position = [i for i, _ in curve].index(int(found)) if found in dict(curve) else None
-            bound = position is not None and (position == 0
-                                              or not math.isfinite(curve[position - 1][1]))
+            found, bound = crossing
             where = f"by iteration {found:.0f}" if bound else f"at iteration {found:.1f}"
             print(f"  {run.label}: {where} ({found / args.at:.2f}x)")
     return 0
