@@ -120,6 +120,31 @@ def test_divergence_loss_stops_a_finite_run(tmp_path, fmnist_root):
     assert read_summary(windowed)["diverged_at_iteration"] == 5
 
 
+def test_an_evaluation_that_is_not_finite_ends_the_run_as_diverged(tmp_path, fmnist_root,
+                                                                   monkeypatch):
+    """design §6.4: a metric that overflowed (GPT-2's perplexity past 1e308 while the
+    training losses were finite) ends the run as diverged at the iteration it was evaluated,
+    its row keeping the metric; an evaluation that is finite changes nothing."""
+    from decobench.training.loop import ModelLearner
+    evaluate = ModelLearner.evaluate
+
+    def overflowing(self, iterations, in_flight):
+        value = evaluate(self, iterations, in_flight)
+        return float("inf") if iterations >= 6 else value
+
+    monkeypatch.setattr(ModelLearner, "evaluate", overflowing)
+    out = _run(tmp_path, fmnist_root, "inf", "--method", "d-sgd")
+    summary, rows = read_summary(out), read_metrics(out)
+    assert summary["status"] == "diverged" and summary["diverged"] is True
+    assert summary["diverged_at_iteration"] == 6 and summary["iterations"] == 6
+    assert rows[-1]["iteration"] == 6 and rows[-1]["diverged"] is True
+    assert float(rows[-1]["metric"]) == float("inf")    # written "inf" (JSON has no inf)
+    assert all(r["loss"] < 3 for r in rows)
+    monkeypatch.setattr(ModelLearner, "evaluate", evaluate)
+    assert read_summary(_run(tmp_path, fmnist_root, "fine", "--method", "d-sgd")
+                        )["status"] == "finished"
+
+
 def test_above_ceiling_by_hand():
     from decobench.training.loop import above_ceiling
     # D-SGD's ramp on GPT-2 mid, iterations 137-141: one spike of 12.25, median 6.75

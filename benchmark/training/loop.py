@@ -12,9 +12,10 @@ Iteration k of the process (which holds the workers ``transport.rows``)::
     the leader: the metrics row, evaluation when due (timed when x_{k+1} exists), targets
 
 A run ends when the target is met (``stop_at_target``), the iteration or time budget is
-spent, or a loss is not finite or above ``divergence_loss`` (status ``diverged``). On the emulated backend the ranks agree
-on stopping through the transport (a stop asked for at iteration k takes effect when its
-message is due everywhere), so every rank leaves after the same iteration.
+spent, or a loss is not finite or above ``divergence_loss``, or an evaluation is not finite
+(status ``diverged``). On the emulated backend the ranks agree on stopping through the
+transport (a stop asked for at iteration k takes effect when its message is due everywhere),
+so every rank leaves after the same iteration.
 
 What differs between backends lives in the transport: which workers a process computes,
 the clock (simulated or measured), the fields of the row that time an iteration, how a
@@ -473,6 +474,10 @@ def train(run: LoopRun, data: TaskData, transport: Transport, evaluations: Evalu
                 metrics_at[k + 1] = metric
                 record_evaluation(outcome, book, config.target, row, k + 1, metric,
                                   task.metric_name, ready)
+                if not math.isfinite(metric) and outcome.diverged_at_iteration is None:
+                    outcome.diverged_at_iteration = k + 1   # e.g. perplexity past 1e308
+                    row["diverged"] = True
+                    transport.request_stop()
                 if outcome.reached and config.stop_at_target:
                     transport.request_stop()
             if (k + 1) % config.log_every == 0 or "metric" in row or last:
@@ -483,6 +488,9 @@ def train(run: LoopRun, data: TaskData, transport: Transport, evaluations: Evalu
                             step.staleness)
             if outcome.reached and config.stop_at_target and transport.stopping(k):
                 outcome.status = "finished"
+                break
+            if outcome.diverged_at_iteration is not None and (last or transport.stopping(k)):
+                outcome.status = "diverged"     # its evaluation was not finite (§6.4)
                 break
             if last or transport.stopping(k):
                 outcome.status = ("finished" if config.target is None or outcome.reached
