@@ -15,7 +15,8 @@ smaller runs is compared with it:
   reference's ratio for the same method label; with a lower bound on either side it differs
   only when the bound already decides it, else the check is undecided (:func:`differs`);
 - a row whose ratios differ says so in its verdict (beside ``at small scale``) and in its
-  model column; a row of a task whose reference is not measured yet says that instead.
+  model column; a row of a task whose reference is not measured yet says that instead, and
+  one whose reference measured only some methods (a suite still running) names the others.
 
 The reference is one condition (the paper's regime, DeCo's plan there) while a row's cells
 are many: the text names both, so a reader sees when the plans are not the same.
@@ -148,10 +149,15 @@ def check(runs: Sequence[Run],
             continue
         sizes = "/".join(count_text(p) for p in sorted({int(p) for p in
                                                         map(parameters, small) if p}))
-        found = _compare(iteration_ratios(small), measured)
+        ratios = iteration_ratios(small)
+        found = _compare(ratios, measured)
+        unmeasured = sorted({label for cell in ratios.values() for label in cell}
+                            - set(measured.ratios))
+        missing = (f"; not measured there yet: {', '.join(unmeasured)}" if unmeasured
+                   else "")
         if not found:
             notes.append(f"{task}: iteration ratios not checked at the {where}: no cell "
-                         "has D-SGD and a method measured there")
+                         f"has D-SGD and a method measured there{missing}")
             continue
         parts, off = [], []
         for label, cells in sorted(found.items()):
@@ -164,7 +170,7 @@ def check(runs: Sequence[Run],
         verdict = (f"differ by more than {TOLERANCE:.0%}" if off
                    else f"within {TOLERANCE:.0%} or undecided")
         notes.append(f"{task}: iterations over D-SGD's at {sizes} vs the {where} at "
-                     f"{measured.condition}: {'; '.join(parts)} ({verdict})")
+                     f"{measured.condition}: {'; '.join(parts)} ({verdict}){missing}")
         if off:
             differ.append(f"iterations over D-SGD's differ at {count_text(reference.parameters)}"
                           f": {'; '.join(off)}")
