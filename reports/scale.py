@@ -64,12 +64,17 @@ class ScaleReference:
 
 
 REFERENCES: dict[str, ScaleReference] = {
-    "gpt2-wikitext": ScaleReference("gpt2-wikitext", "mid", 27_435_008,
-                                    'docs/tasks/gpt2-wikitext.md "Scale check"'),
+    "gpt2-wikitext": ScaleReference(
+        "gpt2-wikitext", "mid", 27435008, 'docs/tasks/gpt2-wikitext.md "Scale check"',
+        Measurement("gpt2-scale-check", "paper-gpt2", 1250.0, (0,), 225.0,
+                    {"deco-sgd": Obs(1.288888888888889, False)},
+                    "4 workers, seeds 0; D-SGD and DeCo-SGD of the suite's six methods so "
+                    "far (docs/results/gpt2-scale-check.md, runs of 2026-11-29)")),
 }
 """One reference per task, entered by hand from ``python -m decobench.reports.scale
 RESULTS`` (which prints the entry) with the run's provenance in ``source``; one source for
-each fact, as :data:`decobench.sweeps.cost.STEP_TIMES`."""
+each fact, as :data:`decobench.sweeps.cost.STEP_TIMES`. tests/test_results_scale.py checks
+that GPT-2's entry is what the committed runs of docs/results/gpt2-scale-check measure."""
 
 
 def count_text(n: float) -> str:

@@ -39,3 +39,17 @@ def test_every_row_is_read_from_the_committed_runs(tmp_path):
         assert row["final perplexity"] == f"{summary['final_metric']:,.0f}"
         assert row["status"] == summary["status"]
         assert row["wall time"] == f"{summary['wall_time_s'] / 60:.1f} min"
+
+
+def test_the_shipped_reference_is_what_the_committed_runs_measure():
+    """reports/scale.py's GPT-2 entry, entered by hand from `python -m
+    decobench.reports.scale`, has the ratios, target and condition the committed runs give."""
+    from decobench.reports.scale import REFERENCES, measure
+
+    shipped = REFERENCES["gpt2-wikitext"].measurement
+    assert shipped is not None
+    measured = measure(load_runs(RUNS).runs, "gpt2-wikitext", "mid")
+    assert measured.ratios == shipped.ratios and measured.target == shipped.target
+    assert (measured.condition, measured.seeds, measured.dsgd_iterations) == (
+        shipped.condition, shipped.seeds, shipped.dsgd_iterations)
+    assert measured.suite == shipped.suite
