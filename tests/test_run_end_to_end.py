@@ -276,3 +276,10 @@ def test_deco_sgd_notes_once_when_a_held_plan_meets_a_bandwidth_drop(tmp_path, f
     assert "--deco-interval" in notes[0] and "F = 100" in notes[0]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert sum("warning" in row for row in rows) == 1
+
+
+def test_a_run_diverges_where_it_first_did():
+    """An evaluation that was not finite at 6 comes before a loss that overflows at 9 (the
+    emulated ranks train on until the stop is agreed): the run diverged at 6."""
+    from decobench.training.loop import _first
+    assert _first(None, 9) == 9 and _first(6, 9) == 6

@@ -436,7 +436,8 @@ def train(run: LoopRun, data: TaskData, transport: Transport, evaluations: Evalu
             if not math.isfinite(loss) or above_ceiling(recent, ceiling, window):
                 transport.flag_divergence(k)
             if transport.diverged_at() is not None:      # agreed at once (one process)
-                outcome.status, outcome.diverged_at_iteration = "diverged", k + 1
+                outcome.status = "diverged"
+                outcome.diverged_at_iteration = _first(outcome.diverged_at_iteration, k + 1)
                 if leader:
                     rows_out.add(k, {"iteration": k + 1, "loss": loss, "diverged": True,
                                      "sim_time_s": transport.now_s(),
@@ -458,7 +459,9 @@ def train(run: LoopRun, data: TaskData, transport: Transport, evaluations: Evalu
                 continue
             row = _row(k, times, step, loss, outcome.bits_sent)
             if diverged_at is not None:
-                outcome.status, outcome.diverged_at_iteration = "diverged", diverged_at
+                outcome.status = "diverged"
+                outcome.diverged_at_iteration = _first(outcome.diverged_at_iteration,
+                                                       diverged_at)
                 row["diverged"] = True
                 row["wall_time_s"] = time.perf_counter() - wall_start
                 rows_out.add(k, row)
@@ -506,6 +509,12 @@ def train(run: LoopRun, data: TaskData, transport: Transport, evaluations: Evalu
         rows_out.known(transport.losses())
         rows_out.close()
     return Trained(outcome, book, learner.d, metrics_at)
+
+
+def _first(evaluated: int | None, loss: int) -> int:
+    """Where a run diverged: at an evaluation that was not finite when one came before the
+    loss that diverged (on the emulated backend the ranks train on until the stop is agreed)."""
+    return loss if evaluated is None else min(evaluated, loss)
 
 
 def _noting(log: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
