@@ -54,13 +54,16 @@ class Measurement:
 class ScaleReference:
     """The larger ``profile`` of ``task`` that smaller runs' iteration ratios are checked
     against, the ``doc`` that says how it is measured and its :class:`Measurement`
-    (``None`` until its suite has run and its figures are entered here)."""
+    (``None`` until its suite has run and its figures are entered here). ``rules``: how the
+    reference trains where the rows' runs may not (its update rules), said beside its ratios
+    so a reader sees that the two sides are not the same training."""
 
     task: str
     profile: str
     parameters: int
     doc: str
     measurement: Measurement | None = None
+    rules: str = ""
 
 
 REFERENCES: dict[str, ScaleReference] = {
@@ -69,7 +72,8 @@ REFERENCES: dict[str, ScaleReference] = {
         Measurement("gpt2-scale-check", "paper-gpt2", 1250.0, (0,), 225.0,
                     {"deco-sgd": Obs(1.288888888888889, False)},
                     "4 workers, seeds 0; D-SGD and DeCo-SGD of the suite's six methods so "
-                    "far (docs/results/gpt2-scale-check.md, runs of 2026-11-29)")),
+                    "far (docs/results/gpt2-scale-check.md, runs of 2026-11-29)"),
+        rules="each worker's gradient clipped to norm 1 (the paper profile's setting)"),
 }
 """One reference per task, entered by hand from ``python -m decobench.reports.scale
 RESULTS`` (which prints the entry) with the run's provenance in ``source``; one source for
@@ -174,8 +178,10 @@ def check(runs: Sequence[Run],
                            f"{count_text(reference.parameters)}")
         verdict = (f"differ by more than {TOLERANCE:.0%}" if off
                    else f"within {TOLERANCE:.0%} or undecided")
+        trained = f" with {reference.rules}" if reference.rules else ""
         notes.append(f"{task}: iterations over D-SGD's at {sizes} vs the {where} at "
-                     f"{measured.condition}: {'; '.join(parts)} ({verdict}){missing}")
+                     f"{measured.condition}{trained}: {'; '.join(parts)} ({verdict})"
+                     f"{missing}")
         if off:
             differ.append(f"iterations over D-SGD's differ at {count_text(reference.parameters)}"
                           f": {'; '.join(off)}")
@@ -226,7 +232,8 @@ def entry_text(reference: ScaleReference, measured: Measurement) -> str:
             f"{reference.parameters}, {reference.doc!r},\n    Measurement({measured.suite!r}, "
             f"{measured.condition!r}, {measured.target!r}, {measured.seeds!r}, "
             f"{measured.dsgd_iterations!r},\n"
-            f"                {{{ratios}}},\n                {measured.source!r})),")
+            f"                {{{ratios}}},\n                {measured.source!r})"
+            + (f",\n    rules={reference.rules!r})," if reference.rules else "),"))
 
 
 def main(argv: Iterable[str] | None = None) -> int:

@@ -120,6 +120,17 @@ def test_check_without_a_common_method_says_so():
         "no cell has D-SGD and a method measured there; not measured there yet: deco-sgd")
 
 
+def test_the_note_says_how_the_reference_trained():
+    """A reference trained with other update rules than the rows (the mid reference clips,
+    the cpu profile does not) says so beside its ratios."""
+    reference = _reference({"deco-sgd": Obs(1.4)})["gpt2-wikitext"]
+    ruled = ScaleReference(reference.task, reference.profile, reference.parameters,
+                           reference.doc, reference.measurement, rules="gradients clipped")
+    note = check(_cell(100, 130), {"gpt2-wikitext": ruled}).notes[0]
+    assert ("vs the mid profile (27.4M) at paper:deco52-gpt2-wikitext with gradients "
+            "clipped: deco-sgd 1.30x") in note
+
+
 def test_a_reference_of_some_methods_names_the_others():
     """A reference whose suite has run D-SGD and DeCo-SGD so far checks DeCo's ratio and
     names the methods of the row it has not measured."""
@@ -144,6 +155,11 @@ def test_measure_reads_one_condition_and_one_target():
     entry = eval("{" + text + "}", {"ScaleReference": ScaleReference,  # noqa: S307
                                     "Measurement": Measurement, "Obs": Obs})
     assert entry["gpt2-wikitext"].measurement == measured
+    ruled = ScaleReference("gpt2-wikitext", "mid", MID, "the doc", rules="clipping")
+    entry = eval("{" + entry_text(ruled, measured) + "}",  # noqa: S307
+                 {"ScaleReference": ScaleReference, "Measurement": Measurement, "Obs": Obs})
+    assert entry["gpt2-wikitext"] == ScaleReference("gpt2-wikitext", "mid", MID, "the doc",
+                                                    measured, rules="clipping")
     other = runs + [run(iters=250, condition="elsewhere", params=MID, profile="mid")]
     with pytest.raises(ValueError, match="one condition and one target"):
         measure(other, "gpt2-wikitext", "mid")
