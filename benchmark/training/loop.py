@@ -492,12 +492,10 @@ def train(run: LoopRun, data: TaskData, transport: Transport, evaluations: Evalu
             if outcome.reached and config.stop_at_target and transport.stopping(k):
                 outcome.status = "finished"
                 break
-            if outcome.diverged_at_iteration is not None and (last or transport.stopping(k)):
-                outcome.status = "diverged"     # its evaluation was not finite (§6.4)
-                break
             if last or transport.stopping(k):
-                outcome.status = ("finished" if config.target is None or outcome.reached
-                                  else "budget_exhausted")
+                outcome.status = ("diverged" if outcome.diverged_at_iteration is not None
+                                  else "finished" if config.target is None or outcome.reached
+                                  else "budget_exhausted")   # diverged: an evaluation (§6.4)
                 break
             if refine_starts is not None and k + 1 in metrics_at:
                 refine_starts.after_evaluation(k + 1, book.hits,
