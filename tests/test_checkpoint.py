@@ -102,17 +102,29 @@ def test_a_dga_run_stopped_after_a_checkpoint_resumes_to_the_uninterrupted_resul
         tmp_path, fmnist_root, monkeypatch, capsys):
     """DGA's state (worker models, the delay it chose, the updates in flight) round-trips
     through a checkpoint: stopped in this process after iteration 7 with the checkpoint of
-    iteration 5, resumed to the uninterrupted run's metrics and summary."""
+    iteration 5, resumed to the uninterrupted run's metrics and summary.
+
+    The checkpoint also keeps the wall time counted so far, and the resumed run counts on
+    from it: with the checkpoint's count raised by 1,000 s, every row after it and the summary
+    count at least 1,000 s (a lower bound, whatever the load; they would start from 0)."""
     args = ["run", *BASE, "--max-iters", "12", "--method", "dga", "--data-root",
             str(fmnist_root)]
     assert main([*args, "--out", str(tmp_path / "whole")]) == 0
     cut = tmp_path / "cut"
-    _stopped_after_checkpoint(monkeypatch, [*args, "--out", str(cut)], saved=5, stop=7)
+    save = Checkpointer.save
+    with monkeypatch.context() as patched:
+        patched.setattr(Checkpointer, "save", lambda self, state: save(
+            self, {**state, "wall_time_s": state["wall_time_s"] + 1000.0}))
+        _stopped_after_checkpoint(monkeypatch, [*args, "--out", str(cut)], saved=5, stop=7)
     assert len((cut / "metrics.jsonl.partial").read_text().splitlines()) == 7
     capsys.readouterr()
     assert main([*args, "--out", str(cut), "--resume"]) == 0
     assert "after iteration 5" in capsys.readouterr().err
     assert _clean(cut) == _clean(tmp_path / "whole")
+    rows = [json.loads(line) for line in (cut / "metrics.jsonl").read_text().splitlines()]
+    assert [row["wall_time_s"] >= 1000.0 for row in rows] == [
+        row["iteration"] > 5 for row in rows]
+    assert json.loads((cut / "summary.json").read_text())["wall_time_s"] >= 1000.0
     assert sorted(p.name for p in cut.iterdir()) == ["config.yaml", "metrics.jsonl",
                                                      "summary.json"]
 

@@ -36,7 +36,7 @@ from decobench.errors import DecobenchError
 from decobench.netem.probe import ProbeReport
 from decobench.netem.tcp import HostChange
 from decobench.netem.trace import Trace
-from decobench.runs.checkpoint import RankCheckpointer, common_iteration
+from decobench.runs.checkpoint import RankCheckpointer, common_iteration, wall_start_for
 from decobench.runs.identity import identity
 from decobench.runs.lifecycle import RunRecord
 from decobench.runs.rundir import PROBE, RANK_CHECKPOINTS
@@ -211,7 +211,7 @@ def _train(run: PreparedRun, env: RankEnvironment, settings: EmulationSettings,
                      files={PROBE: _probe_json(probe, settings)} if probe is not None else None)
 
     evaluations, book = evaluation_plan(run)
-    wall_start = time.perf_counter()
+    wall_start = wall_start_for(state)
     try:
         trained = train(run, data, transport, evaluations, book, record.log,
                         wall_start=wall_start, show_progress=show_progress, begin=begin,

@@ -128,6 +128,15 @@ class Checkpointer:
             stale.unlink(missing_ok=True)
 
 
+def wall_start_for(resume: dict[str, Any] | None) -> float:
+    """The :func:`time.perf_counter` origin of a run's ``wall_time_s``: now, or for a run
+    resumed from the state ``resume`` now less the wall time counted up to its checkpoint, so
+    that a resumed run's rows and summary count the time before the interruption too (not
+    the time between the checkpoint and the kill, which the resumed run trains again)."""
+    before = 0.0 if resume is None else float(resume.get("wall_time_s", 0.0))  # older files
+    return time.perf_counter() - before
+
+
 def load_checkpoint(path: Path, expected: str) -> dict[str, Any]:
     """The state saved at ``path``; one-line errors when there is none or it belongs to
     another configuration."""

@@ -37,7 +37,7 @@ from decobench.netem.trace import (
 )
 from decobench.planning.estimators import NetworkEstimate
 from decobench.runs.backends import Backend, get_backend
-from decobench.runs.checkpoint import Checkpointer, RefineStarts, load_checkpoint
+from decobench.runs.checkpoint import Checkpointer, RefineStarts, load_checkpoint, wall_start_for
 from decobench.runs.config import RunConfig, format_validation_error
 from decobench.runs.identity import identity
 from decobench.runs.lifecycle import RunRecord
@@ -456,7 +456,7 @@ def execute(run: PreparedRun, overwrite: bool = False, show_progress: bool = Tru
     if state is not None:
         print(f"resuming {run.out} after iteration {state['iteration']} (its checkpoint)",
               file=sys.stderr)
-    wall_start = time.perf_counter()
+    wall_start = wall_start_for(state)
 
     def begin(d: int, trace: Trace, gradients: dict[str, Any]) -> None:
         resolved = resolved_config(run, d, data, trace, gradients)

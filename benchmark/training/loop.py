@@ -420,7 +420,7 @@ def train(run: LoopRun, data: TaskData, transport: Transport, evaluations: Evalu
         assert not rows_out.pending, "a checkpoint needs every row written"
         return {"iteration": k + 1, "learner": learner.state_dict(), "outcome": outcome,
                 "book": book, "metrics_at": metrics_at, "transport": state,
-                "recent_losses": list(recent)}
+                "recent_losses": list(recent), "wall_time_s": time.perf_counter() - wall_start}
 
     def save_checkpoint(k: int) -> None:
         """After iteration k, when the transport says every process saves now."""
