@@ -70,11 +70,12 @@ REFERENCES: dict[str, ScaleReference] = {
     "gpt2-wikitext": ScaleReference(
         "gpt2-wikitext", "mid", 27435008, 'docs/tasks/gpt2-wikitext.md "Scale check"',
         Measurement("gpt2-scale-check", "paper-gpt2", 1250.0, (0,), 225.0,
-                    {"cocktail-sgd": Obs(1.4222222222222223, False),
+                    {"accordion": Obs(1.0222222222222221, False),
+                     "cocktail-sgd": Obs(1.4222222222222223, False),
                      "cocktail-sgd-topk": Obs(1.2444444444444445, False),
                      "deco-sgd": Obs(1.288888888888889, False)},
-                    "4 workers, seeds 0; D-SGD, DeCo-SGD and both CocktailSGD variants of the "
-                    "suite's six methods so far (docs/results/gpt2-scale-check.md, runs of "
+                    "4 workers, seeds 0; D-SGD, DeCo-SGD, both CocktailSGD variants and "
+                    "Accordion of the suite's six methods so far (docs/results/gpt2-scale-check.md, runs of "
                     "2026-11-29)"),
         rules="each worker's gradient clipped to norm 1 (the paper profile's setting)"),
 }
