@@ -7,7 +7,8 @@ The state is everything the next iteration reads: the flat parameters, the metho
 whole (error-feedback memories, messages in flight, controller and estimators), the
 transport's state (the event clock and the observations in flight), the data order
 (:class:`~decobench.training.sharding.ShardedBatches`), the outcome and target book so far, the
-torch RNG state and the model's buffers. It is pickled with :func:`torch.save` into
+torch RNG state and the model's buffers, and the wall time counted so far
+(:func:`wall_start_for`). It is pickled with :func:`torch.save` into
 ``checkpoint.pt`` beside the metrics (a temporary file renamed over the old one), with a
 fingerprint, the run's identity (:func:`decobench.runs.identity.identity`, as a sweep names its cells); a
 checkpoint of another configuration is refused.
