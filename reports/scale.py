@@ -75,8 +75,8 @@ REFERENCES: dict[str, ScaleReference] = {
                      "cocktail-sgd-topk": Obs(1.2444444444444445, False),
                      "deco-sgd": Obs(1.288888888888889, False)},
                     "4 workers, seeds 0; D-SGD, DeCo-SGD, both CocktailSGD variants and "
-                    "Accordion of the suite's six methods so far (docs/results/gpt2-scale-check.md, runs of "
-                    "2026-11-29)"),
+                    "Accordion of the suite's six methods so far "
+                    "(docs/results/gpt2-scale-check.md, runs of 2026-11-29)"),
         rules="each worker's gradient clipped to norm 1 (the paper profile's setting)"),
 }
 """One reference per task, entered by hand from ``python -m decobench.reports.scale
