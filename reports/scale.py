@@ -16,7 +16,8 @@ smaller runs is compared with it:
   only when the bound already decides it, else the check is undecided (:func:`differs`);
 - a row whose ratios differ says so in its verdict (beside ``at small scale``) and in its
   model column; a row of a task whose reference is not measured yet says that instead, and
-  one whose reference measured only some methods (a suite still running) names the others.
+  one with methods the reference did not measure (its suite still running, or a method it
+  does not run, e.g. ``static-mean-plan``) names them.
 
 The reference is one condition (the paper's regime, DeCo's plan there) while a row's cells
 are many: the text names both, so a reader sees when the plans are not the same.
@@ -73,9 +74,9 @@ REFERENCES: dict[str, ScaleReference] = {
                     {"accordion": Obs(1.0222222222222221, False),
                      "cocktail-sgd": Obs(1.4222222222222223, False),
                      "cocktail-sgd-topk": Obs(1.2444444444444445, False),
-                     "deco-sgd": Obs(1.288888888888889, False)},
-                    "4 workers, seeds 0; D-SGD, DeCo-SGD, both CocktailSGD variants and "
-                    "Accordion of the suite's six methods so far "
+                     "deco-sgd": Obs(1.288888888888889, False),
+                     "dga": Obs(1.0222222222222221, False)},
+                    "4 workers, seeds 0; all six methods of the suite "
                     "(docs/results/gpt2-scale-check.md, runs of 2026-11-29)"),
         rules="each worker's gradient clipped to norm 1 (the paper profile's setting)"),
 }
@@ -166,7 +167,7 @@ def check(runs: Sequence[Run],
         found = _compare(ratios, measured)
         unmeasured = sorted({label for cell in ratios.values() for label in cell}
                             - set(measured.ratios))
-        missing = (f"; not measured there yet: {', '.join(unmeasured)}" if unmeasured
+        missing = (f"; not measured there: {', '.join(unmeasured)}" if unmeasured
                    else "")
         if not found:
             notes.append(f"{task}: iteration ratios not checked at the {where}: no cell "

@@ -117,7 +117,7 @@ def test_check_flags_a_ratio_more_than_20_percent_off():
 def test_check_without_a_common_method_says_so():
     found = check(_cell(100, 130), _reference({"dga": Obs(1.5)}))
     assert found.differ == () and found.notes[0].endswith(
-        "no cell has D-SGD and a method measured there; not measured there yet: deco-sgd")
+        "no cell has D-SGD and a method measured there; not measured there: deco-sgd")
 
 
 def test_the_note_says_how_the_reference_trained():
@@ -138,7 +138,7 @@ def test_a_reference_of_some_methods_names_the_others():
     found = check(runs, _reference({"deco-sgd": Obs(1.4)}))
     assert found.differ == ()
     assert found.notes[0].endswith("deco-sgd 1.30x (deco52-gpt2) vs 1.40x (within 20% or "
-                                   "undecided); not measured there yet: accordion, dga")
+                                   "undecided); not measured there: accordion, dga")
 
 
 def test_measure_reads_one_condition_and_one_target():
