@@ -157,15 +157,17 @@ class ClaimRow:
                 "value_kind": self.value_kind}
 
 
-def _on_data(runs: Sequence[Run], row: ClaimRow) -> ClaimRow:
+def _on_data(runs: Sequence[Run], row: ClaimRow, report: Sequence[Run] = ()) -> ClaimRow:
     """``row`` with its comparability columns (model, data, regime) filled from the ``runs``
     it was judged on, and a judged verdict qualified ``at small scale (...)`` when any of
     them read a stand-in data set (:attr:`Run.standin`) or a model more than
     :data:`MODEL_SCALE_FACTOR` times smaller than the paper's: such a verdict is about this
     suite's small-scale cell, never a bare one about the paper's. The scale check of
     :mod:`decobench.reports.scale` adds its notes to the model column and, where a small
-    model's iterations over D-SGD's differ from a larger profile's, qualifies the verdict."""
-    checked = scale.check(runs)
+    model's iterations over D-SGD's differ from a larger profile's, qualifies the verdict
+    (``report``: all the report's runs, whose D-SGD runs give a ratio to a row without them).
+    """
+    checked = scale.check(runs, baselines=report)
     model = "; ".join([model_text(runs), *checked.notes])
     row = replace(row, model=model, data=data_text(runs), regime=regime_text(runs))
     if row.verdict not in JUDGED:
@@ -461,14 +463,14 @@ def up_to(runs: Sequence[Run], baseline: str, paper: float, claim: str) -> Claim
     judged = [c for c in near if c not in harsh]
     if not judged:
         best = max(harsh, key=lambda c: c.speedup.value or 0.0)
-        return _row_of(claim, paper, best, NOT_COMPARABLE, rule, notes)
+        return _row_of(claim, paper, best, NOT_COMPARABLE, rule, notes, runs)
     reached = [c for c in judged if c.speedup.value is not None]
     if not reached:
         used = [r for c in judged for r in c.runs]
         row = ClaimRow(claim, f"{paper:g}x", f"{len(judged)} cell(s)", _seeds(used),
                        f"{DECO} did not reach the target", "-", "n/a", NOT_REPRODUCED,
                        rule + "; " + "; ".join(notes))
-        return _on_data(used, row)
+        return _on_data(used, row, runs)
     outcomes = [c.outcome for c in reached]
     notes.append(f"DeCo faster in {outcomes.count('faster')}, slower in "
                  f"{outcomes.count('slower')}, inconclusive in "
@@ -482,17 +484,17 @@ def up_to(runs: Sequence[Run], baseline: str, paper: float, claim: str) -> Claim
     else:
         best = max(reached, key=lambda c: c.speedup.value or 0.0)
         verdict = NOT_REPRODUCED if all(o == "slower" for o in outcomes) else INCONCLUSIVE
-    return _row_of(claim, paper, best, verdict, rule, notes)
+    return _row_of(claim, paper, best, verdict, rule, notes, runs)
 
 
 def _row_of(claim: str, paper: float, best: Comparison, verdict: str, rule: str,
-            notes: Sequence[str]) -> ClaimRow:
+            notes: Sequence[str], report: Sequence[Run]) -> ClaimRow:
     row = ClaimRow(claim, f"{paper:g}x", _cell_name(best.key), _seeds(best.runs),
                    str(best.speedup), best.spread,
                    resolution_text(relative_resolution(best.runs)), verdict,
                    rule + "; " + "; ".join(notes), best.speedup.value, best.speedup.kind,
                    interval=best.interval_text)
-    return _on_data(best.runs, row)
+    return _on_data(best.runs, row, report)
 
 
 def target_of(run: Run, target: float) -> Obs:
@@ -596,7 +598,7 @@ def growing_with_target(runs: Sequence[Run]) -> ClaimRow:
                    rule + note, first[4][1].speedup.value, first[4][1].speedup.kind,
                    interval=interval_text(first[6], "{:.2f}") + " (growth over " +
                    f"{first[1]})")
-    return _on_data(runs_read, row)
+    return _on_data(runs_read, row, runs)
 
 
 def _growth(pair: Sequence[Comparison], bound: float | None,
@@ -661,7 +663,7 @@ def fastest_in_table1(runs: Sequence[Run]) -> ClaimRow:
                    f"undecided in {len(undecided)})", spread or "-",
                    resolution_text(relative_resolution(used)), verdict, rule,
                    len(won) / len(table1), "fraction")
-    return _on_data(used, row)
+    return _on_data(used, row, runs)
 
 
 def combined(verdicts: Sequence[str]) -> str:
@@ -725,7 +727,7 @@ def kept_with_workers(runs: Sequence[Run]) -> ClaimRow:
                    resolution_text(relative_resolution(used)), combined(verdicts), rule,
                    first_series[-1].speedup.value, first_series[-1].speedup.kind,
                    interval=first_series[-1].interval_text)
-    return _on_data(used, row)
+    return _on_data(used, row, runs)
 
 
 def amplification_interval(by: dict[tuple[float, int], Any], small: float, large: float,
@@ -829,7 +831,7 @@ def dsgd_collapse(runs: Sequence[Run]) -> ClaimRow:
                    f"D-SGD at <= {100 * worst[2]:.1f}% of compute-bound throughput",
                    ", ".join(f"{100 * f[2]:.1f}%" for f in found), "-", verdict, rule,
                    worst[2], "share")
-    return _on_data(used, row)
+    return _on_data(used, row, runs)
 
 
 def oracle_distance(groups: Sequence[TheoryGroup]) -> ClaimRow:

@@ -10,7 +10,9 @@ smaller runs is compared with it:
 
 - a cell's *iteration ratio* of a method = its median iterations to target over D-SGD's in
   the same (task, condition, workers) cell (:func:`iteration_ratios`; censored medians as in
-  :mod:`decobench.reports.stats`: a method that missed the target gives a lower bound);
+  :mod:`decobench.reports.stats`: a method that missed the target gives a lower bound). A
+  row that compares DeCo-SGD with a rival, without D-SGD, reads D-SGD's runs of the same
+  cells from the rest of the report (``baselines``); a row of D-SGD alone has no ratio;
 - the ratio *differs* when it is more than :data:`TOLERANCE` (20%) above or below the
   reference's ratio for the same method label; with a lower bound on either side it differs
   only when the bound already decides it, else the check is undecided (:func:`differs`);
@@ -142,9 +144,21 @@ def _ratio_text(value: Obs) -> str:
     return value.text("{:.2f}") + "x"
 
 
+def _dsgd_beside(runs: Sequence[Run], baselines: Sequence[Run], below: int) -> list[Run]:
+    """The D-SGD runs of ``baselines`` (smaller than ``below`` parameters) in the cells of
+    ``runs`` that have none of their own."""
+    own = {cell_key(r) for r in runs if r.label == D_SGD}
+    wanted = {cell_key(r) for r in runs} - own
+    return [r for r in baselines if r.label == D_SGD and cell_key(r) in wanted
+            and (parameters(r) or below) < below]
+
+
 def check(runs: Sequence[Run],
-          references: Mapping[str, ScaleReference] = REFERENCES) -> ScaleCheck:
-    """Compare ``runs`` smaller than their task's reference with it (module docstring)."""
+          references: Mapping[str, ScaleReference] = REFERENCES,
+          baselines: Sequence[Run] = ()) -> ScaleCheck:
+    """Compare ``runs`` smaller than their task's reference with it; ``baselines``: the
+    report's runs, whose D-SGD runs give the ratios of cells where ``runs`` have no D-SGD
+    (module docstring)."""
     notes: list[str] = []
     differ: list[str] = []
     for task, rs in sorted(group(runs, lambda r: r.task).items()):
@@ -156,6 +170,9 @@ def check(runs: Sequence[Run],
         if not small:
             continue
         where = f"{reference.profile} profile ({count_text(reference.parameters)})"
+        if all(r.label == D_SGD for r in small):
+            notes.append(f"{task}: D-SGD alone, no iteration ratio to check")
+            continue
         measured = reference.measurement
         if measured is None:
             notes.append(f"{task}: iteration ratios not checked at the {where}: not measured "
@@ -163,7 +180,8 @@ def check(runs: Sequence[Run],
             continue
         sizes = "/".join(count_text(p) for p in sorted({int(p) for p in
                                                         map(parameters, small) if p}))
-        ratios = iteration_ratios(small)
+        ratios = iteration_ratios([*small, *_dsgd_beside(small, baselines,
+                                                         reference.parameters)])
         found = _compare(ratios, measured)
         unmeasured = sorted({label for cell in ratios.values() for label in cell}
                             - set(measured.ratios))

@@ -141,6 +141,30 @@ def test_a_reference_of_some_methods_names_the_others():
                                    "undecided); not measured there: accordion, dga")
 
 
+def test_a_row_without_dsgd_reads_its_cells_dsgd_from_the_report():
+    """DeCo-SGD (130) against CocktailSGD-TopK (125), no D-SGD in the row: the report's D-SGD
+    of the same cell (100; not the other cell's 50) gives 1.30x and 1.25x, and TopK's 1.25x
+    is 25% above the reference's 1.00x. A row with its own D-SGD keeps it (100, not the
+    report's 200)."""
+    row = [run("deco-sgd", iters=130), run("cocktail-sgd-topk", iters=125)]
+    report = [*row, run(iters=100), run(iters=50, condition="elsewhere")]
+    reference = _reference({"deco-sgd": Obs(1.3), "cocktail-sgd-topk": Obs(1.0)})
+    assert "no cell has D-SGD" in check(row, reference).notes[0]
+    found = check(row, reference, baselines=report)
+    assert found.notes[0].endswith("cocktail-sgd-topk 1.25x (deco52-gpt2) vs 1.00x; deco-sgd "
+                                   "1.30x (deco52-gpt2) vs 1.30x (differ by more than 20%)")
+    assert found.differ == ("iterations over D-SGD's differ at 27.4M: cocktail-sgd-topk "
+                            "1.25x (deco52-gpt2) at 937K vs 1.00x at 27.4M",)
+    own = check(_cell(100, 130), reference, baselines=[run(iters=200)])
+    assert "deco-sgd 1.30x (deco52-gpt2) vs 1.30x" in own.notes[0]
+
+
+def test_a_row_of_dsgd_alone_has_no_ratio_to_check():
+    found = check([run(iters=100), run(iters=110, seed=1)], _reference({"deco-sgd": Obs(1.3)}))
+    assert found == scale.ScaleCheck(("gpt2-wikitext: D-SGD alone, no iteration ratio to "
+                                      "check",), ())
+
+
 def test_measure_reads_one_condition_and_one_target():
     runs = [run(iters=i, seed=s, params=MID, profile="mid") for s, i in enumerate((240, 260))]
     runs += [run("deco-sgd", iters=i, seed=s, params=MID, profile="mid")
@@ -197,6 +221,23 @@ def test_the_claim_row_names_the_mismatch(tmp_path, monkeypatch):
                                   "deco-sgd 1.10x (deco52-gpt2) at 937K vs 2.00x at 27.4M")
     assert row.model.startswith("gpt2-wikitext 937K (paper 124M); gpt2-wikitext: "
                                 "iterations over D-SGD's at 937K vs the mid profile (27.4M)")
+
+
+def test_the_static_strategy_row_is_checked_against_the_cells_dsgd(tmp_path, monkeypatch):
+    """The row "DeCo-SGD up to 1.37x faster than the static strategy" holds no D-SGD run;
+    its ratios come from the main cell's D-SGD (100): TopK 1.50x against 1.00x at mid."""
+    for seed in (0, 1, 2):
+        _write(tmp_path, run(iters=100, seed=seed, ttt=500.0 + seed))
+        _write(tmp_path, run("deco-sgd", iters=150, seed=seed, ttt=100.0))
+        _write(tmp_path, run("cocktail-sgd-topk", iters=150, seed=seed, ttt=120.0 + seed))
+    monkeypatch.setitem(scale.REFERENCES, "gpt2-wikitext", _reference(
+        {"deco-sgd": Obs(1.5), "cocktail-sgd-topk": Obs(1.0)})["gpt2-wikitext"])
+    runs = load_runs(tmp_path).runs
+    row = next(r for r in claim_rows(runs, analyse(runs))
+               if r.claim.startswith("DeCo-SGD up to 1.37x faster than the static"))
+    assert "cocktail-sgd-topk 1.50x (deco52-gpt2) vs 1.00x; deco-sgd 1.50x" in row.model
+    assert ("iterations over D-SGD's differ at 27.4M: cocktail-sgd-topk 1.50x (deco52-gpt2) "
+            "at 937K vs 1.00x at 27.4M") in row.verdict
 
 
 def test_the_shipped_references_are_the_profiles_they_name():
