@@ -23,7 +23,7 @@ from typing import Any
 
 from decobench.atomicio import write_bytes_atomic, write_text_atomic
 from decobench.reports import figures as figs
-from decobench.reports import robust, stability, theory
+from decobench.reports import robust, scale, stability, theory
 from decobench.reports.claims import claims_table, extreme_cells
 from decobench.reports.regime_map import regime_maps, regime_table
 from decobench.reports.render import (
@@ -186,6 +186,10 @@ def build(rs: RunSet) -> tuple[list[Block], list[Table], list[figs.FigureFile]]:
         unequal = budget_warnings(targeted)
         if unequal:
             blocks.append(Para("**Unequal budgets.** " + " ".join(unequal)))
+        scaled = scale.check(targeted)
+        if scaled.notes:                # every cell, not only those a claim row reads
+            blocks.append(Para("**Scale check** (docs/reports.md \"Claims\", rule 3). "
+                               + " ".join(f"{note}." for note in scaled.notes)))
     untargeted = [r for r in runs if not has_target(r)]
     if untargeted:
         blocks.append(Para(f"{len(untargeted)} run(s) without a target (--target): no time "

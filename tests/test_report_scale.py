@@ -240,6 +240,23 @@ def test_the_static_strategy_row_is_checked_against_the_cells_dsgd(tmp_path, mon
             "at 937K vs 1.00x at 27.4M") in row.verdict
 
 
+def test_the_report_checks_every_cell_below_its_time_to_target_table(tmp_path, monkeypatch):
+    """A method no claim row reads (here CocktailSGD: 3.00x D-SGD's iterations at 937K,
+    1.40x at mid) is checked below the time-to-target table."""
+    from decobench.reports.build import write_report
+
+    for seed in (0, 1, 2):
+        _write(tmp_path, run(iters=100, seed=seed, ttt=500.0 + seed))
+        _write(tmp_path, run("cocktail-sgd", iters=300, seed=seed, ttt=200.0))
+    monkeypatch.setitem(scale.REFERENCES, "gpt2-wikitext",
+                        _reference({"cocktail-sgd": Obs(1.4)})["gpt2-wikitext"])
+    text = (write_report(tmp_path, tmp_path / "report").markdown).read_text()
+    table, checked = text.index("## Time to target"), text.index("**Scale check**")
+    assert table < checked < text.index("## Time to accuracy")
+    assert ("cocktail-sgd 3.00x (deco52-gpt2) vs 1.40x (differ by more than 20%)."
+            in text[checked:])
+
+
 def test_the_shipped_references_are_the_profiles_they_name():
     """Each reference's parameters are its profile's model's; a measured one names the
     shipped suite that reproduces it."""
