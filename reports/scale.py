@@ -144,13 +144,20 @@ def _ratio_text(value: Obs) -> str:
     return value.text("{:.2f}") + "x"
 
 
-def _dsgd_beside(runs: Sequence[Run], baselines: Sequence[Run], below: int) -> list[Run]:
-    """The D-SGD runs of ``baselines`` (smaller than ``below`` parameters) in the cells of
-    ``runs`` that have none of their own."""
+def _smaller(run: Run, reference: ScaleReference) -> bool:
+    """Whether ``run``'s model is smaller than ``reference``'s (a run without a recorded
+    size is not)."""
+    return (parameters(run) or reference.parameters) < reference.parameters
+
+
+def _dsgd_beside(runs: Sequence[Run], baselines: Sequence[Run],
+                 reference: ScaleReference) -> list[Run]:
+    """The D-SGD runs of ``baselines`` smaller than ``reference`` in the cells of ``runs``
+    that have none of their own."""
     own = {cell_key(r) for r in runs if r.label == D_SGD}
     wanted = {cell_key(r) for r in runs} - own
     return [r for r in baselines if r.label == D_SGD and cell_key(r) in wanted
-            and (parameters(r) or below) < below]
+            and _smaller(r, reference)]
 
 
 def check(runs: Sequence[Run],
@@ -165,8 +172,7 @@ def check(runs: Sequence[Run],
         reference = references.get(task)
         if reference is None:
             continue
-        small = [r for r in rs if (parameters(r) or reference.parameters)
-                 < reference.parameters]
+        small = [r for r in rs if _smaller(r, reference)]
         if not small:
             continue
         where = f"{reference.profile} profile ({count_text(reference.parameters)})"
@@ -180,8 +186,7 @@ def check(runs: Sequence[Run],
             continue
         sizes = "/".join(count_text(p) for p in sorted({int(p) for p in
                                                         map(parameters, small) if p}))
-        ratios = iteration_ratios([*small, *_dsgd_beside(small, baselines,
-                                                         reference.parameters)])
+        ratios = iteration_ratios([*small, *_dsgd_beside(small, baselines, reference)])
         found = _compare(ratios, measured)
         unmeasured = sorted({label for cell in ratios.values() for label in cell}
                             - set(measured.ratios))
