@@ -101,6 +101,14 @@ def test_the_iteration_ratios_the_doc_quotes_are_read_from_the_curves():
     assert [round(to("deco-sgd+topk-layer", dsgd[i]) / i, 2) for i in (100, 150, 200)] == [
         1.70, 1.49, 1.35]
     assert "170, 224 and 270 iterations" in text and "1.70x, 1.49x and 1.35x" in text
+    # clipping with per-tensor Top-k against clipping with global Top-k
+    assert round(to("deco-sgd+clip1+topk-layer", 1250)) == 268
+    assert "about 268 iterations" in text and "against 274 with global Top-k" in text
+    clipped = dict(curves["d-sgd+clip1"])
+    assert [round(to(label, clipped[i]) / i, 2) for label in (
+        "deco-sgd+clip1+topk-layer", "deco-sgd+clip1") for i in (100, 150, 200)] == [
+        1.24, 1.17, 1.19, 1.22, 1.26, 1.24]
+    assert "1.24x, 1.17x and 1.19x (global Top-k: 1.22x, 1.26x and 1.24x)" in text
 
 
 def test_the_curve_reader_prints_each_curves_ratio(capsys):
