@@ -102,6 +102,9 @@ def header(rs: RunSet) -> list[Block]:
         items.append(f"{key}: {_distinct(_version(r, key) for r in runs)}")
     items.append(f"git commit: {_distinct(_version(r, 'git_commit') for r in runs)}")
     items.append(f"platform: {_distinct(_version(r, 'platform') for r in runs)}")
+    items.append(f"cpu capability: {_distinct(_version(r, 'cpu_capability') for r in runs)} "
+                 "(the vector unit torch's CPU kernels use; another one rounds differently, so "
+                 "a run repeats bit for bit only on the same one)")
     items.append(f"backend: {_distinct(r.summary.get('backend') for r in runs)}")
     items.append(f"profile: {_distinct(r.summary.get('profile') for r in runs)}")
     basis = _distinct(r.summary.get("time_basis") for r in runs)

@@ -63,7 +63,8 @@ def write_run(root: Path, name: str, *, method: str = "d-sgd", label: str | None
               "workers": workers, "eval_every": EVAL_EVERY, "target": target,
               "method_options": method_options or {}, "trace_loop": False,
               "versions": {"decobench": "0.1.0", "python": "3.11.7", "torch": "2.2.0",
-                           "torchvision": "0.17.0", "git_commit": "abc123", "platform": "x"}}
+                           "torchvision": "0.17.0", "git_commit": "abc123", "platform": "x",
+                           "cpu_capability": "AVX2"}}
     (path / "summary.json").write_text(json.dumps(summary))
     (path / "config.yaml").write_text(yaml.safe_dump(config))
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -243,9 +244,12 @@ def test_header_lists_disagreeing_versions(tmp_path):
     write_run(tmp_path, "b", ttt=20.0, seed=1)
     config = yaml.safe_load((tmp_path / "b" / "config.yaml").read_text())
     config["versions"]["git_commit"] = "def456"
+    config["versions"]["cpu_capability"] = "AVX512"
     (tmp_path / "b" / "config.yaml").write_text(yaml.safe_dump(config))
     text = write_report(tmp_path).markdown.read_text()
     assert "- git commit: by run: abc123 (1 run); def456 (1 run)" in text
+    # the vector unit moves a CPU run's rounding: a reader comparing runs must see it
+    assert "- cpu capability: by run: AVX2 (1 run); AVX512 (1 run) (the vector unit" in text
     assert "disagree" not in text                    # different values are not an error
     assert "- torch: 2.2.0\n" in text and "seeds found here are 0, 1." in text
 
