@@ -34,7 +34,9 @@ Rules (each claim's row repeats its own; docs/reports.md "Claims" states each):
   (:data:`PAPER_REGIME_TEXT`). A judged verdict whose runs read a stand-in data set, or a
   model more than :data:`MODEL_SCALE_FACTOR` times smaller than the paper's, says so:
   ``reproduced at small scale (stand-in)``, ``... at small scale (model 0.94M of the paper's
-  124M parameters)``; never a bare ``reproduced``.
+  124M parameters)``; never a bare ``reproduced``. An "up to X" row, whose figure comes from
+  one cell, names in its rule text each other judged cell at small scale
+  (:func:`others_at_small_scale`).
 - Resolution: the widest bracket of a time to target among the runs a figure uses, as a
   share of that time (``Run.ttt_resolution_s``); above 2% it is marked coarse.
 """
@@ -484,7 +486,23 @@ def up_to(runs: Sequence[Run], baseline: str, paper: float, claim: str) -> Claim
     else:
         best = max(reached, key=lambda c: c.speedup.value or 0.0)
         verdict = NOT_REPRODUCED if all(o == "slower" for o in outcomes) else INCONCLUSIVE
+    notes.extend(others_at_small_scale([c for c in judged if c is not best], runs))
     return _row_of(claim, paper, best, verdict, rule, notes, runs)
+
+
+def others_at_small_scale(others: Sequence[Comparison], report: Sequence[Run]) -> list[str]:
+    """A row's figure and comparability columns come from one cell, its verdict from every
+    judged cell: name each other judged cell that is at small scale (a stand-in, a model
+    more than :data:`MODEL_SCALE_FACTOR` times smaller than the paper's, an iteration ratio
+    the scale check finds off), as :func:`_on_data` does for the row's own cell."""
+    parts = []
+    for c in others:
+        reasons = ((["stand-in"] if any(r.standin for r in c.runs) else [])
+                   + small_models(c.runs)
+                   + list(scale.check(c.runs, baselines=report).differ))
+        if reasons:
+            parts.append(f"{_cell_name(c.key)} ({'; '.join(reasons)})")
+    return ["other judged cell(s) at small scale: " + ", ".join(parts)] if parts else []
 
 
 def _row_of(claim: str, paper: float, best: Comparison, verdict: str, rule: str,
