@@ -174,11 +174,18 @@ def _on_data(runs: Sequence[Run], row: ClaimRow, report: Sequence[Run] = ()) -> 
     row = replace(row, model=model, data=data_text(runs), regime=regime_text(runs))
     if row.verdict not in JUDGED:
         return row
-    reasons = ((["stand-in"] if any(r.standin for r in runs) else []) + small_models(runs)
-               + list(checked.differ))
+    reasons = small_scale_reasons(runs, checked)
     if reasons:
         row = replace(row, verdict=f"{row.verdict} {SMALL_SCALE} ({'; '.join(reasons)})")
     return row
+
+
+def small_scale_reasons(runs: Sequence[Run], checked: scale.ScaleCheck) -> list[str]:
+    """Why ``runs`` are at small scale: a stand-in data set, a model more than
+    :data:`MODEL_SCALE_FACTOR` times smaller than the paper's, and the scale check's
+    mismatches (``checked``, :func:`decobench.reports.scale.check` of these runs)."""
+    return ((["stand-in"] if any(r.standin for r in runs) else []) + small_models(runs)
+            + list(checked.differ))
 
 
 def _not_run(claim: str, paper: str, kind: str, what: str, rule: str) -> ClaimRow:
@@ -497,9 +504,7 @@ def others_at_small_scale(others: Sequence[Comparison], report: Sequence[Run]) -
     the scale check finds off), as :func:`_on_data` does for the row's own cell."""
     parts = []
     for c in others:
-        reasons = ((["stand-in"] if any(r.standin for r in c.runs) else [])
-                   + small_models(c.runs)
-                   + list(scale.check(c.runs, baselines=report).differ))
+        reasons = small_scale_reasons(c.runs, scale.check(c.runs, baselines=report))
         if reasons:
             parts.append(f"{_cell_name(c.key)} ({'; '.join(reasons)})")
     return ["other judged cell(s) at small scale: " + ", ".join(parts)] if parts else []

@@ -276,8 +276,8 @@ def test_the_shipped_references_are_the_profiles_they_name():
 def test_an_up_to_row_names_its_other_judged_cells_at_small_scale(tmp_path, monkeypatch):
     """Two GPT-2 cells: DeCo 5x faster than D-SGD and 1.5x than the static strategy on A (the
     figures), 2x and 1.2x on B, where the static strategy needs 1.5x D-SGD's iterations
-    against 1.0x at mid. The row's columns read A; its rule
-    text names B with B's mismatch, so a verdict judged on B as well says where B stands."""
+    against 1.0x at mid. The row's columns read A; its rule text names B with B's mismatch,
+    so a verdict judged on B as well says where B stands."""
     for seed in (0, 1, 2):
         for cond, dsgd_t, deco_t in (("cell-a", 500.0, 100.0), ("cell-b", 200.0, 100.0)):
             _write(tmp_path, run(iters=100, seed=seed, ttt=dsgd_t + seed, condition=cond))
@@ -289,12 +289,12 @@ def test_an_up_to_row_names_its_other_judged_cells_at_small_scale(tmp_path, monk
     monkeypatch.setitem(scale.REFERENCES, "gpt2-wikitext", _reference(
         {"deco-sgd": Obs(1.0), "cocktail-sgd-topk": Obs(1.0)})["gpt2-wikitext"])
     runs = load_runs(tmp_path).runs
-    row = next(r for r in claim_rows(runs, analyse(runs))
-               if r.claim.startswith("DeCo-SGD up to 5.07x"))
+    rows = claim_rows(runs, analyse(runs))
+    row = next(r for r in rows if r.claim.startswith("DeCo-SGD up to 5.07x"))
     assert row.condition.startswith("gpt2-wikitext / cell-a")
     assert ("other judged cell(s) at small scale: gpt2-wikitext / cell-b / n=4 (model 937K "
             "of the paper's 124M parameters)") in row.rule
-    static = next(r for r in claim_rows(runs, analyse(runs))
+    static = next(r for r in rows
                   if r.claim.startswith("DeCo-SGD up to 1.37x faster than the static"))
     assert ("gpt2-wikitext / cell-b / n=4 (model 937K of the paper's 124M parameters; "
             "iterations over D-SGD's differ at 27.4M: cocktail-sgd-topk 1.50x (cell-b) at "
